@@ -1,0 +1,124 @@
+// Samples/s of an MLP (784-512-256-10, batch 256, SGD with momentum) on 1 and
+// 2 CPU devices (one thread each) and on 1 device with 2 threads, measured
+// side by side in interleaved rounds (the machine is shared and noisy: the
+// ratios are the result, not the absolute numbers). Also counts every heap
+// allocation made during the timed steps (after each configuration's first).
+//
+//   bench/mlp [rounds] [steps-per-round]
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "dp.h"
+
+static std::atomic<long> g_allocs{0};
+void* operator new(std::size_t n) {
+  ++g_allocs;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++g_allocs;
+  std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+static void ok(dp_status s, const char* what) {
+  if (s != DP_OK) {
+    std::fprintf(stderr, "bench: %s: %s\n", what, dp_last_error());
+    std::exit(1);
+  }
+}
+
+struct Config {
+  const char* label;
+  const char* devices;
+  int threads;
+  dp_model* model = nullptr;
+  dp_group* group = nullptr;
+  dp_optimizer* opt = nullptr;
+  std::vector<double> rates;
+  long allocs = 0;
+};
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
+  int steps = argc > 2 ? std::atoi(argv[2]) : 20;
+  const int64_t batch = 256;
+  const char* json = R"({"seed": 0, "input": {"shape": [784]}, "layers": [
+      {"type": "linear", "out_features": 512}, {"type": "relu"},
+      {"type": "linear", "out_features": 256}, {"type": "relu"},
+      {"type": "linear", "out_features": 10}], "loss": {"type": "cross_entropy"}})";
+
+  dp_context* ctx = nullptr;
+  ok(dp_context_create(&ctx), "context");
+  std::vector<float> x(batch * 784);
+  std::vector<int64_t> y(batch);
+  uint64_t s = 1;
+  for (float& v : x) s = s * 6364136223846793005ull + 1, v = float(s >> 40) / float(1 << 24);
+  for (int64_t i = 0; i < batch; ++i) y[i] = i % 10;
+  int64_t xs[2] = {batch, 784}, ys[1] = {batch};
+  dp_tensor *input = nullptr, *target = nullptr;
+  ok(dp_tensor_from_host(ctx, DP_F32, x.data(), 2, xs, &input), "input");
+  ok(dp_tensor_from_host(ctx, DP_I64, y.data(), 1, ys, &target), "target");
+
+  std::vector<Config> configs = {{"1 device, 1 thread", "cpu:0", 1},
+                                 {"2 devices, 1 thread each", "cpu:0,cpu:1", 1},
+                                 {"1 device, 2 threads", "cpu:0", 2}};
+  for (Config& c : configs) {
+    ok(dp_model_from_json(ctx, json, &c.model), "model");
+    ok(dp_group_create(c.model, c.devices, &c.group), "group");
+    ok(dp_group_set_option(c.group, DP_GROUP_THREADS_PER_DEVICE, c.threads), "threads");
+    ok(dp_optimizer_create(c.group, R"({"type": "sgd", "lr": 0.01, "momentum": 0.9})", &c.opt), "optimizer");
+    float loss;
+    for (int w = 0; w < 3; ++w) ok(dp_group_train_step(c.group, c.opt, input, target, &loss), "warm-up");
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (Config& c : configs) {
+      float loss;
+      long before = g_allocs.load();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < steps; ++i) ok(dp_group_train_step(c.group, c.opt, input, target, &loss), "step");
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      c.allocs += g_allocs.load() - before;
+      c.rates.push_back(batch * steps / sec);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("MLP 784-512-256-10, batch %lld, SGD momentum; %d interleaved rounds of %d steps\n", (long long)batch,
+              rounds, steps);
+  std::printf("OpenBLAS: %s (core: %s)\n", openblas_get_config(), openblas_get_corename());
+  const char* ct = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("OPENBLAS_CORETYPE=%s\n\n", ct ? ct : "(unset)");
+  double base = median(configs[0].rates);
+  std::printf("%-28s %14s %10s %22s\n", "configuration", "samples/s", "vs first", "allocations in steps");
+  for (Config& c : configs)
+    std::printf("%-28s %14.0f %9.2fx %22ld\n", c.label, median(c.rates), median(c.rates) / base, c.allocs);
+  std::printf("{\"one_device\": %.1f, \"two_devices\": %.1f, \"one_device_two_threads\": %.1f, \"allocations\": %ld}\n",
+              median(configs[0].rates), median(configs[1].rates), median(configs[2].rates),
+              configs[0].allocs + configs[1].allocs + configs[2].allocs);
+  for (Config& c : configs) {
+    dp_optimizer_destroy(c.opt);
+    dp_group_destroy(c.group);
+    dp_model_destroy(c.model);
+  }
+  dp_tensor_destroy(input);
+  dp_tensor_destroy(target);
+  dp_context_destroy(ctx);
+  return 0;
+}

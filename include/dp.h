@@ -1,0 +1,171 @@
+/* dp — data-parallel neural-network training, as PyTorch's nn.DataParallel,
+ * behind a stable C ABI.
+ *
+ * Conventions, for every function below:
+ * - Every call that can fail returns a dp_status. On failure the thread-local
+ *   message dp_last_error() says what went wrong and where (for a model, the
+ *   JSON path), and the out-parameters are left untouched.
+ * - No exception, abort or exit crosses this boundary; objects stay usable
+ *   after a failed call.
+ * - Objects are opaque handles. A function named *_create / *_from_* hands the
+ *   caller a new object that the caller owns and releases with the matching
+ *   *_destroy; every *_destroy accepts NULL.
+ * - Thread safety: distinct objects may be used from distinct threads at once;
+ *   one object must not be used by two threads at once unless said otherwise.
+ *   A group or optimizer uses its model: do not use the model from another
+ *   thread while they run.
+ * - Lifetimes: a model must outlive its groups, a group its optimizers; a
+ *   context must outlive everything created from it.
+ */
+#ifndef DP_H
+#define DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define DP_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define DP_API __attribute__((visibility("default")))
+#else
+#define DP_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version: bumped only on an incompatible change. */
+#define DP_ABI_VERSION 1
+#define DP_MAX_DIMS 8
+
+typedef enum dp_status {
+  DP_OK = 0,
+  DP_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad enum, a too small buffer */
+  DP_ERR_JSON = 2,             /* text that is not JSON */
+  DP_ERR_MODEL = 3,            /* JSON that is not a valid model or config */
+  DP_ERR_SHAPE = 4,            /* shapes that do not fit together */
+  DP_ERR_IO = 5,               /* a file that cannot be read */
+  DP_ERR_DEVICE = 6,           /* a device that does not exist or failed */
+  DP_ERR_NUMERIC = 7,          /* a NaN or infinite loss */
+  DP_ERR_OUT_OF_MEMORY = 8,
+  DP_ERR_PLUGIN = 9,
+  DP_ERR_INTERNAL = 10         /* a bug in dp: please report it */
+} dp_status;
+
+typedef enum dp_dtype { DP_F32 = 0, DP_I64 = 1 } dp_dtype;
+
+typedef struct dp_context dp_context;
+typedef struct dp_model dp_model;
+typedef struct dp_tensor dp_tensor;
+typedef struct dp_group dp_group;
+typedef struct dp_optimizer dp_optimizer;
+
+/* The message of the last failed call on this thread; "" if none. Owned by
+ * dp, valid until the next dp call on this thread. Never NULL. */
+DP_API const char* dp_last_error(void);
+/* "MAJOR.MINOR.PATCH"; static storage. */
+DP_API const char* dp_version(void);
+/* A static name of a status ("DP_ERR_MODEL"). */
+DP_API const char* dp_status_name(dp_status status);
+
+/* ---- Context: holds the layer registry (and later, loaded plugins). ---- */
+DP_API dp_status dp_context_create(dp_context** out);
+DP_API void dp_context_destroy(dp_context* ctx);
+
+/* ---- Models: built from JSON (docs/model-format.md). ---- */
+DP_API dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out);
+DP_API dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out);
+DP_API void dp_model_destroy(dp_model* m);
+/* Total number of float parameters (all tensors). */
+DP_API dp_status dp_model_num_parameters(const dp_model* m, int64_t* count);
+/* Copies all parameters, in declaration order, into dst; count is the number
+ * of floats dst holds and must be at least dp_model_num_parameters. */
+DP_API dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count);
+/* Overwrites all parameters from src (count floats, declaration order). */
+DP_API dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count);
+/* The accumulated gradients, same layout as the parameters. */
+DP_API dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count);
+/* Parameter tensors: how many, and the name ("0.weight", as nn.Sequential
+ * names them) and shape of one. *name is owned by the model. */
+DP_API dp_status dp_model_num_parameter_tensors(const dp_model* m, int* count);
+DP_API dp_status dp_model_parameter_info(const dp_model* m, int index, const char** name, int* ndim,
+                                         int64_t shape[DP_MAX_DIMS]);
+/* Buffers (batch-norm running statistics): same layout rules. */
+DP_API dp_status dp_model_num_buffers(const dp_model* m, int64_t* count);
+DP_API dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count);
+/* The per-sample input shape from the model's "input". */
+DP_API dp_status dp_model_input_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]);
+
+/* ---- Tensors: dense, row-major, on the host. ---- */
+/* A new tensor holding a copy of data (numel * element size bytes). */
+DP_API dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data, int ndim,
+                                     const int64_t* shape, dp_tensor** out);
+/* Overwrites the tensor's contents (bytes must equal its size): lets a
+ * training loop reuse one input tensor without allocating per step. */
+DP_API dp_status dp_tensor_copy_from_host(dp_tensor* t, const void* src, size_t bytes);
+DP_API dp_status dp_tensor_shape(const dp_tensor* t, int* ndim, int64_t shape[DP_MAX_DIMS]);
+DP_API dp_status dp_tensor_dtype(const dp_tensor* t, dp_dtype* dtype);
+/* Copies the contents out; bytes must be at least the tensor's size. */
+DP_API dp_status dp_tensor_copy_to_host(const dp_tensor* t, void* dst, size_t bytes);
+DP_API void dp_tensor_destroy(dp_tensor* t);
+
+/* ---- Device groups: nn.DataParallel over a list of devices. ---- */
+/* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed). The
+ * group keeps one persistent replica per device; CPU replicas share the
+ * model's parameters and own their gradient buffers. */
+DP_API dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out);
+DP_API void dp_group_destroy(dp_group* g);
+DP_API dp_status dp_group_num_devices(const dp_group* g, int* count);
+
+typedef enum dp_group_option {
+  /* DP_SPLIT_CHUNK (default): torch.chunk's rule, chunk = ceil(B/n), so 10
+   * rows on 8 devices run as 2,2,2,2,2. DP_SPLIT_BALANCED: sizes differ by at
+   * most one, 30 on 8 as 4,4,4,4,4,4,3,3. */
+  DP_GROUP_SPLIT = 0,
+  /* Threads each device uses for its own work (default 1). */
+  DP_GROUP_THREADS_PER_DEVICE = 1
+} dp_group_option;
+enum { DP_SPLIT_CHUNK = 0, DP_SPLIT_BALANCED = 1 };
+DP_API dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value);
+
+/* Training mode (1, the default) or evaluation mode (0): dropout and batch
+ * norm behave as in PyTorch's model.train() / model.eval(). */
+DP_API dp_status dp_group_set_training(dp_group* g, int training);
+/* Scatters input along dim 0, runs every replica, gathers the outputs on the
+ * first device. *output is new, owned by the caller. */
+DP_API dp_status dp_group_forward(dp_group* g, const dp_tensor* input, dp_tensor** output);
+/* Back-propagates grad_output (the shape of the last forward's output) and
+ * adds the parameter gradients into the model's (accumulates). */
+DP_API dp_status dp_group_backward(dp_group* g, const dp_tensor* grad_output);
+DP_API dp_status dp_group_zero_grad(dp_group* g);
+/* The rows each device ran in the last forward or train step, in device
+ * order (idle devices are not listed). */
+DP_API dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capacity, int* count);
+
+/* ---- Optimizers: JSON config, PyTorch's names and update formulas. ----
+ * {"type": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0, "nesterov": false, "weight_decay": 0}
+ * {"type": "adam" | "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0} */
+DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out);
+DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
+DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
+DP_API void dp_optimizer_destroy(dp_optimizer* opt);
+
+/* zero_grad, forward, the model's loss (reduced over the whole batch),
+ * backward, optimizer step. target: int64 class indices [B] for
+ * cross_entropy, float32 of the output's shape for mse. *loss (may be NULL)
+ * receives the batch loss. A NaN or infinite loss returns DP_ERR_NUMERIC and
+ * leaves the parameters as they were. */
+DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,
+                                     float* loss);
+/* The model's loss without training (evaluation); *loss receives it, and
+ * *correct (may be NULL) the number of rows whose arg-max equals the target
+ * (cross_entropy only; 0 otherwise). */
+DP_API dp_status dp_group_evaluate(dp_group* g, const dp_tensor* input, const dp_tensor* target, float* loss,
+                                   int64_t* correct);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DP_H */

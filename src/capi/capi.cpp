@@ -1,0 +1,371 @@
+// The C ABI (include/dp.h): argument checks, handle plumbing and error
+// translation only; the work is done by the C++ runtime.
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "capi/guard.h"
+#include "capi/handles.h"
+
+namespace dp {
+
+static thread_local std::string g_last_error;
+
+dp_status set_error(dp_status status, const char* message) {
+  try {
+    g_last_error = message;
+  } catch (...) {
+    // Keep the status even when the message cannot be stored.
+  }
+  return status;
+}
+
+}  // namespace dp
+
+using dp::fail;
+
+static void check_count(const dp_model* m, int64_t have, size_t need, const char* what) {
+  if (have < static_cast<int64_t>(need))
+    fail(DP_ERR_INVALID_ARGUMENT, std::string(what) + ": the buffer holds " + std::to_string(have) + " floats, the model has " +
+                                      std::to_string(need));
+  (void)m;
+}
+
+static void copy_shape(const dp::Shape& s, int* ndim, int64_t shape[DP_MAX_DIMS]) {
+  *ndim = s.ndim;
+  for (int i = 0; i < s.ndim; ++i) shape[i] = s[i];
+}
+
+extern "C" {
+
+const char* dp_last_error(void) { return dp::g_last_error.c_str(); }
+
+const char* dp_version(void) { return "0.1.0"; }
+
+const char* dp_status_name(dp_status s) {
+  switch (s) {
+    case DP_OK: return "DP_OK";
+    case DP_ERR_INVALID_ARGUMENT: return "DP_ERR_INVALID_ARGUMENT";
+    case DP_ERR_JSON: return "DP_ERR_JSON";
+    case DP_ERR_MODEL: return "DP_ERR_MODEL";
+    case DP_ERR_SHAPE: return "DP_ERR_SHAPE";
+    case DP_ERR_IO: return "DP_ERR_IO";
+    case DP_ERR_DEVICE: return "DP_ERR_DEVICE";
+    case DP_ERR_NUMERIC: return "DP_ERR_NUMERIC";
+    case DP_ERR_OUT_OF_MEMORY: return "DP_ERR_OUT_OF_MEMORY";
+    case DP_ERR_PLUGIN: return "DP_ERR_PLUGIN";
+    case DP_ERR_INTERNAL: return "DP_ERR_INTERNAL";
+  }
+  return "DP_ERR_UNKNOWN";
+}
+
+/* ---- context ---- */
+
+dp_status dp_context_create(dp_context** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(out, "out is NULL");
+  *out = new dp_context();
+  DP_GUARD_END
+}
+
+void dp_context_destroy(dp_context* ctx) { delete ctx; }
+
+/* ---- model ---- */
+
+dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx && json && out, "ctx, json and out must not be NULL");
+  auto m = std::make_unique<dp_model>();
+  m->ctx = ctx;
+  m->model = dp::Model::from_json(ctx->registry, json);
+  *out = m.release();
+  DP_GUARD_END
+}
+
+dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx && path && out, "ctx, path and out must not be NULL");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(DP_ERR_IO, std::string("cannot open model file '") + path + "': " + std::strerror(errno));
+  std::stringstream text;
+  text << f.rdbuf();
+  if (f.bad()) fail(DP_ERR_IO, std::string("cannot read model file '") + path + "'");
+  auto m = std::make_unique<dp_model>();
+  m->ctx = ctx;
+  try {
+    m->model = dp::Model::from_json(ctx->registry, text.str());
+  } catch (const dp::Error& e) {
+    fail(e.status(), std::string(path) + ": " + e.what());
+  }
+  *out = m.release();
+  DP_GUARD_END
+}
+
+void dp_model_destroy(dp_model* m) { delete m; }
+
+dp_status dp_model_num_parameters(const dp_model* m, int64_t* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && count, "m and count must not be NULL");
+  *count = static_cast<int64_t>(m->model->params.size());
+  DP_GUARD_END
+}
+
+dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
+  check_count(m, count, m->model->params.size(), "dp_model_copy_parameters");
+  std::memcpy(dst, m->model->params.data(), m->model->params.size() * sizeof(float));
+  DP_GUARD_END
+}
+
+dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && src, "m and src must not be NULL");
+  if (count != static_cast<int64_t>(m->model->params.size()))
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_parameters: got " + std::to_string(count) + " floats, the model has " +
+                                      std::to_string(m->model->params.size()));
+  std::memcpy(m->model->params.data(), src, m->model->params.size() * sizeof(float));
+  DP_GUARD_END
+}
+
+dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
+  check_count(m, count, m->model->grads.size(), "dp_model_copy_gradients");
+  std::memcpy(dst, m->model->grads.data(), m->model->grads.size() * sizeof(float));
+  DP_GUARD_END
+}
+
+dp_status dp_model_num_parameter_tensors(const dp_model* m, int* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && count, "m and count must not be NULL");
+  *count = static_cast<int>(m->model->param_info.size());
+  DP_GUARD_END
+}
+
+dp_status dp_model_parameter_info(const dp_model* m, int index, const char** name, int* ndim,
+                                  int64_t shape[DP_MAX_DIMS]) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && name && ndim && shape, "m, name, ndim and shape must not be NULL");
+  const auto& info = m->model->param_info;
+  if (index < 0 || index >= static_cast<int>(info.size()))
+    fail(DP_ERR_INVALID_ARGUMENT, "parameter index " + std::to_string(index) + " is outside [0, " + std::to_string(info.size()) + ")");
+  *name = info[index].name.c_str();
+  copy_shape(info[index].shape, ndim, shape);
+  DP_GUARD_END
+}
+
+dp_status dp_model_num_buffers(const dp_model* m, int64_t* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && count, "m and count must not be NULL");
+  *count = static_cast<int64_t>(m->model->buffers.size());
+  DP_GUARD_END
+}
+
+dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && (dst || m->model->buffers.empty()), "m and dst must not be NULL");
+  check_count(m, count, m->model->buffers.size(), "dp_model_copy_buffers");
+  if (!m->model->buffers.empty()) std::memcpy(dst, m->model->buffers.data(), m->model->buffers.size() * sizeof(float));
+  DP_GUARD_END
+}
+
+dp_status dp_model_input_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && ndim && shape, "m, ndim and shape must not be NULL");
+  copy_shape(m->model->input_shape, ndim, shape);
+  DP_GUARD_END
+}
+
+/* ---- tensors ---- */
+
+dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data, int ndim, const int64_t* shape,
+                              dp_tensor** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
+  DP_CHECK_ARG(dtype == DP_F32 || dtype == DP_I64, "dtype must be DP_F32 or DP_I64");
+  DP_CHECK_ARG(ndim >= 0 && ndim <= DP_MAX_DIMS, "ndim must be in [0, " + std::to_string(DP_MAX_DIMS) + "], got " + std::to_string(ndim));
+  DP_CHECK_ARG(ndim == 0 || shape, "shape is NULL");
+  dp::Shape s;
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] < 0) fail(DP_ERR_INVALID_ARGUMENT, "dp_tensor_from_host: shape[" + std::to_string(i) + "] is negative");
+    s.push(shape[i]);
+  }
+  DP_CHECK_ARG(data || s.numel() == 0, "data is NULL");
+  auto t = std::make_unique<dp_tensor>();
+  t->t.resize(dtype, s);
+  if (t->t.bytes()) std::memcpy(t->t.data(), data, t->t.bytes());
+  *out = t.release();
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_copy_from_host(dp_tensor* t, const void* src, size_t bytes) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && (src || bytes == 0), "t and src must not be NULL");
+  if (bytes != t->t.bytes())
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_tensor_copy_from_host: got " + std::to_string(bytes) + " bytes, the tensor holds " +
+                                      std::to_string(t->t.bytes()));
+  if (bytes) std::memcpy(t->t.data(), src, bytes);
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_shape(const dp_tensor* t, int* ndim, int64_t shape[DP_MAX_DIMS]) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && ndim && shape, "t, ndim and shape must not be NULL");
+  copy_shape(t->t.shape(), ndim, shape);
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_dtype(const dp_tensor* t, dp_dtype* dtype) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && dtype, "t and dtype must not be NULL");
+  *dtype = t->t.dtype();
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_copy_to_host(const dp_tensor* t, void* dst, size_t bytes) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && (dst || t->t.bytes() == 0), "t and dst must not be NULL");
+  if (bytes < t->t.bytes())
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_tensor_copy_to_host: the buffer holds " + std::to_string(bytes) + " bytes, the tensor " +
+                                      std::to_string(t->t.bytes()));
+  if (t->t.bytes()) std::memcpy(dst, t->t.data(), t->t.bytes());
+  DP_GUARD_END
+}
+
+void dp_tensor_destroy(dp_tensor* t) { delete t; }
+
+/* ---- groups ---- */
+
+dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && devices && out, "m, devices and out must not be NULL");
+  auto g = std::make_unique<dp_group>();
+  g->model = m;
+  g->group = std::make_unique<dp::Group>(*m->model, devices);
+  *out = g.release();
+  DP_GUARD_END
+}
+
+void dp_group_destroy(dp_group* g) { delete g; }
+
+dp_status dp_group_num_devices(const dp_group* g, int* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && count, "g and count must not be NULL");
+  *count = g->group->size();
+  DP_GUARD_END
+}
+
+dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g, "g is NULL");
+  switch (option) {
+    case DP_GROUP_SPLIT:
+      DP_CHECK_ARG(value == DP_SPLIT_CHUNK || value == DP_SPLIT_BALANCED, "DP_GROUP_SPLIT takes DP_SPLIT_CHUNK or DP_SPLIT_BALANCED");
+      g->group->set_split(static_cast<dp::SplitMode>(value));
+      break;
+    case DP_GROUP_THREADS_PER_DEVICE:
+      DP_CHECK_ARG(value >= 1 && value <= 256, "DP_GROUP_THREADS_PER_DEVICE takes 1 to 256, got " + std::to_string(value));
+      g->group->set_threads_per_device(static_cast<int>(value));
+      break;
+    default:
+      fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(static_cast<int>(option)));
+  }
+  DP_GUARD_END
+}
+
+dp_status dp_group_set_training(dp_group* g, int training) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g, "g is NULL");
+  g->group->set_training(training != 0);
+  DP_GUARD_END
+}
+
+dp_status dp_group_forward(dp_group* g, const dp_tensor* input, dp_tensor** output) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && input && output, "g, input and output must not be NULL");
+  auto out = std::make_unique<dp_tensor>();
+  g->group->forward(input->t, out->t);
+  *output = out.release();
+  DP_GUARD_END
+}
+
+dp_status dp_group_backward(dp_group* g, const dp_tensor* grad_output) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && grad_output, "g and grad_output must not be NULL");
+  g->group->backward(grad_output->t);
+  DP_GUARD_END
+}
+
+dp_status dp_group_zero_grad(dp_group* g) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g, "g is NULL");
+  g->group->zero_grad();
+  DP_GUARD_END
+}
+
+dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capacity, int* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && count, "g and count must not be NULL");
+  const auto& split = g->group->last_split();
+  int n = static_cast<int>(split.size());
+  DP_CHECK_ARG(capacity >= n && (sizes || n == 0),
+               "sizes holds " + std::to_string(capacity) + " entries, the split has " + std::to_string(n));
+  for (int i = 0; i < n; ++i) sizes[i] = split[i];
+  *count = n;
+  DP_GUARD_END
+}
+
+/* ---- optimizers and training ---- */
+
+dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && json_config && out, "g, json_config and out must not be NULL");
+  auto o = std::make_unique<dp_optimizer>();
+  o->group = g;
+  o->opt = dp::Optimizer::from_json(json_config, static_cast<int64_t>(g->group->model().params.size()));
+  *out = o.release();
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_step(dp_optimizer* opt) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  dp::Model& m = opt->group->group->model();
+  opt->opt->step(m.params.data(), m.grads.data(), static_cast<int64_t>(m.params.size()), nullptr);
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  DP_CHECK_ARG(lr >= 0 && lr < 1e30, "lr must be a finite number >= 0");
+  opt->opt->lr = lr;
+  DP_GUARD_END
+}
+
+void dp_optimizer_destroy(dp_optimizer* opt) { delete opt; }
+
+dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,
+                              float* loss) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && opt && input && target, "g, opt, input and target must not be NULL");
+  DP_CHECK_ARG(opt->group == g, "the optimizer was created for another group");
+  double l = g->group->train_step(*opt->opt, input->t, target->t);
+  if (loss) *loss = static_cast<float>(l);
+  DP_GUARD_END
+}
+
+dp_status dp_group_evaluate(dp_group* g, const dp_tensor* input, const dp_tensor* target, float* loss,
+                            int64_t* correct) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && input && target && loss, "g, input, target and loss must not be NULL");
+  int64_t hits = 0;
+  double l = g->group->evaluate(input->t, target->t, &hits);
+  *loss = static_cast<float>(l);
+  if (correct) *correct = hits;
+  DP_GUARD_END
+}
+
+}  // extern "C"

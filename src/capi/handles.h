@@ -1,0 +1,31 @@
+// What the opaque handles of dp.h are.
+#pragma once
+#include <memory>
+
+#include "group/group.h"
+#include "layers/registry.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+
+struct dp_context {
+  dp::Registry registry;
+};
+
+struct dp_model {
+  dp_context* ctx;
+  std::unique_ptr<dp::Model> model;
+};
+
+struct dp_tensor {
+  dp::Tensor t;
+};
+
+struct dp_group {
+  dp_model* model;
+  std::unique_ptr<dp::Group> group;
+};
+
+struct dp_optimizer {
+  dp_group* group;
+  std::unique_ptr<dp::Optimizer> opt;
+};

@@ -1,0 +1,69 @@
+// A device group: nn.DataParallel's replicate / scatter / parallel_apply /
+// gather, with gradient reduction into the model. Replicas persist; each
+// device runs its replica on its own worker thread. Gradients are summed over
+// replicas in device order, so results are deterministic for a given split.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "group/replica.h"
+#include "group/split.h"
+#include "optim/optimizer.h"
+
+namespace dp {
+
+class Group {
+ public:
+  // devices: "cpu:0,cpu:1"; throws DP_ERR_DEVICE naming the bad entry.
+  Group(Model& model, const std::string& devices);
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  Model& model() { return model_; }
+  const std::vector<int64_t>& last_split() const { return split_; }
+
+  void set_split(SplitMode mode) { mode_ = mode; }
+  void set_threads_per_device(int threads);
+  void set_training(bool training) { training_ = training; }
+
+  // output: resized to [B, ...] and filled with the gathered outputs.
+  void forward(const Tensor& input, Tensor& output);
+  // Adds the gradients of the last forward's graph into model().grads.
+  void backward(const Tensor& grad_output);
+  void zero_grad();
+  // zero_grad, forward, loss over the whole batch, backward, step.
+  double train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
+  // The loss in evaluation mode (no dropout, running statistics); nothing changes.
+  double evaluate(const Tensor& input, const Tensor& target, int64_t* correct);
+
+ private:
+  enum class Job { kForward, kBackward, kTrain, kEval };
+  void check_input(const Tensor& input) const;
+  void check_target(const Tensor& target, int64_t batch) const;
+  void run(Job job, bool training, const Tensor& input, const Tensor* target, const Tensor* grad_output);
+  static void run_one(void* self, int device);
+  void reduce_grads();
+  void merge_stats();
+
+  Model& model_;
+  std::vector<std::string> devices_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::unique_ptr<Workers> workers_;  // one per device; replica r runs on worker r
+  SplitMode mode_ = SplitMode::kChunk;
+  bool training_ = true;
+  int64_t step_ = 0;  // training forward passes so far (keys dropout)
+
+  // The last run: its split, offsets and per-device contexts.
+  std::vector<int64_t> split_, offsets_;
+  std::vector<RunCtx> ctxs_;
+  std::vector<double> losses_;
+  std::vector<int64_t> correct_;
+  std::vector<const float*> stat_ptrs_;
+  Shape last_output_shape_;
+  bool have_forward_ = false;
+  // Arguments of the job in flight (read by run_one on the device threads).
+  Job job_ = Job::kForward;
+  const Tensor *job_input_ = nullptr, *job_target_ = nullptr, *job_grad_ = nullptr;
+};
+
+}  // namespace dp

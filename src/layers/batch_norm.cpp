@@ -1,0 +1,194 @@
+// BatchNorm over dim 0 of the per-sample input ([C], [C, L] or [C, H, W]),
+// statistics over (N, spatial) of this replica's rows (like nn.DataParallel,
+// not SyncBatchNorm).
+//
+// Scratch 0 holds, per channel, the mean and 1/sqrt(var + eps) the forward
+// used, plus a flag saying whether they were batch statistics, so the backward
+// differentiates exactly what the forward computed.
+//
+// Statistics (training with track_running_stats): stats[0, C) = batch mean,
+// stats[C, 2C) = unbiased batch variance. With a single value per channel
+// (count * spatial == 1) the unbiased variance is undefined: that replica's
+// stats are skipped for running_var (still used for running_mean).
+#include <cmath>
+
+#include "layers/builtin.h"
+#include "layers/util.h"
+
+namespace dp {
+
+namespace {
+class BatchNorm final : public Layer {
+ public:
+  std::string kind_;  // "batch_norm", "batch_norm1d", "batch_norm2d"
+  int64_t C_arg_ = 0, C_ = 0, S_ = 1;
+  double eps_ = 1e-5, momentum_ = 0.1;
+  bool affine_ = true, track_ = true;
+
+  Shape infer(const std::vector<Shape>& in) override {
+    const Shape& s = in[0];
+    if (kind_ == "batch_norm1d") {
+      if (s.ndim != 1 && s.ndim != 2)
+        fail(DP_ERR_SHAPE, "batch_norm1d expects input of shape [C] or [C, L], got " + s.str());
+    } else if (kind_ == "batch_norm2d") {
+      expect_rank("batch_norm2d", s, 3, "[C, H, W]");
+    } else if (s.ndim < 1 || s.ndim > 3) {
+      fail(DP_ERR_SHAPE, "batch_norm expects input of shape [C], [C, L] or [C, H, W], got " + s.str());
+    }
+    if (C_arg_ > 0 && s[0] != C_arg_)
+      fail(DP_ERR_SHAPE, kind_ + " expects " + std::to_string(C_arg_) + " channels (num_features) in dim 0, got input " +
+                             s.str());
+    C_ = s[0];
+    S_ = s.inner();
+    return s;
+  }
+
+  std::vector<TensorSpec> params() const override {
+    if (!affine_) return {};
+    return {{"weight", Shape{C_}, {Init::kOnes, 0}}, {"bias", Shape{C_}, {Init::kZeros, 0}}};
+  }
+  std::vector<TensorSpec> buffers() const override {
+    if (!track_) return {};
+    return {{"running_mean", Shape{C_}, {Init::kZeros, 0}}, {"running_var", Shape{C_}, {Init::kOnes, 0}}};
+  }
+  int64_t stats_size() const override { return track_ ? 2 * C_ : 0; }
+
+  void forward(const RunCtx& ctx, LayerIO& io) const override {
+    const Tensor& x = *io.in[0];
+    const int64_t n = x.shape()[0], M = n * S_;
+    io.out->resize(DP_F32, x.shape());
+    Tensor& st = io.tmp(0);
+    st.resize(DP_F32, Shape{2 * C_ + 1});
+    float* mean = st.f32();
+    float* invstd = mean + C_;
+    const bool batch_stats = ctx.training || !track_;
+    mean[2 * C_] = batch_stats ? 1.f : 0.f;
+    const float* xs = x.f32();
+    float* ys = io.out->f32();
+    const float* gamma = affine_ ? io.params : nullptr;
+    const float* beta = affine_ ? io.params + C_ : nullptr;
+    float* stats = (ctx.training && track_) ? io.stats : nullptr;
+    parallel_for(ctx.pool, C_, 1, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        double mu, var;
+        if (batch_stats) {
+          double s = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float* p = xs + (i * C_ + c) * S_;
+            for (int64_t j = 0; j < S_; ++j) s += p[j];
+          }
+          mu = M > 0 ? s / static_cast<double>(M) : 0.0;
+          double q = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float* p = xs + (i * C_ + c) * S_;
+            for (int64_t j = 0; j < S_; ++j) {
+              double dv = p[j] - mu;
+              q += dv * dv;
+            }
+          }
+          var = M > 0 ? q / static_cast<double>(M) : 0.0;
+          if (stats) {
+            stats[c] = static_cast<float>(mu);
+            stats[C_ + c] = static_cast<float>(M > 1 ? q / static_cast<double>(M - 1) : var);
+          }
+        } else {
+          mu = io.buffers[c];
+          var = io.buffers[C_ + c];
+        }
+        float m = static_cast<float>(mu);
+        float is = static_cast<float>(1.0 / std::sqrt(var + eps_));
+        mean[c] = m, invstd[c] = is;
+        float a = gamma ? gamma[c] * is : is;
+        float b = (beta ? beta[c] : 0.f) - a * m;
+        for (int64_t i = 0; i < n; ++i) {
+          const float* p = xs + (i * C_ + c) * S_;
+          float* q = ys + (i * C_ + c) * S_;
+          for (int64_t j = 0; j < S_; ++j) q[j] = a * p[j] + b;
+        }
+      }
+    });
+  }
+
+  void backward(const RunCtx& ctx, LayerIO& io) const override {
+    const Tensor& x = *io.in[0];
+    const int64_t n = x.shape()[0], M = n * S_;
+    const float* mean = io.tmp(0).f32();
+    const float* invstd = mean + C_;
+    const bool batch_stats = mean[2 * C_] != 0.f;
+    const float* xs = x.f32();
+    const float* gs = io.gout->f32();
+    float* gx = nullptr;
+    if (io.gin[0]) {
+      io.gin[0]->resize(DP_F32, x.shape());
+      gx = io.gin[0]->f32();
+    }
+    const float* gamma = affine_ ? io.params : nullptr;
+    float* dgamma = affine_ ? io.grads : nullptr;
+    float* dbeta = affine_ ? io.grads + C_ : nullptr;
+    parallel_for(ctx.pool, C_, 1, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        const float m = mean[c], is = invstd[c];
+        double sg = 0, sgx = 0;  // sum g, sum g * xhat
+        for (int64_t i = 0; i < n; ++i) {
+          const float* p = xs + (i * C_ + c) * S_;
+          const float* g = gs + (i * C_ + c) * S_;
+          for (int64_t j = 0; j < S_; ++j) {
+            sg += g[j];
+            sgx += static_cast<double>(g[j]) * ((p[j] - m) * is);
+          }
+        }
+        if (dgamma) {
+          dgamma[c] += static_cast<float>(sgx);
+          dbeta[c] += static_cast<float>(sg);
+        }
+        if (!gx) continue;
+        const float gm = gamma ? gamma[c] : 1.f;
+        const float a = gm * is;
+        float mg = 0.f, mgx = 0.f;
+        if (batch_stats && M > 0) {
+          mg = static_cast<float>(sg / static_cast<double>(M));
+          mgx = static_cast<float>(sgx / static_cast<double>(M));
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const float* p = xs + (i * C_ + c) * S_;
+          const float* g = gs + (i * C_ + c) * S_;
+          float* q = gx + (i * C_ + c) * S_;
+          for (int64_t j = 0; j < S_; ++j) q[j] = a * (g[j] - mg - (p[j] - m) * is * mgx);
+        }
+      }
+    });
+  }
+
+  void merge_stats(float* buffers, const float* const* stats, const int64_t* count, int replicas) const override {
+    if (!track_) return;
+    for (int64_t c = 0; c < C_; ++c) {
+      double sm = 0, wm = 0, sv = 0, wv = 0;
+      for (int r = 0; r < replicas; ++r) {
+        if (count[r] <= 0) continue;
+        double w = static_cast<double>(count[r]);
+        sm += w * stats[r][c], wm += w;
+        if (count[r] * S_ > 1) sv += w * stats[r][C_ + c], wv += w;
+      }
+      if (wm > 0) buffers[c] = static_cast<float>((1 - momentum_) * buffers[c] + momentum_ * (sm / wm));
+      if (wv > 0) buffers[C_ + c] = static_cast<float>((1 - momentum_) * buffers[C_ + c] + momentum_ * (sv / wv));
+    }
+  }
+};
+
+std::unique_ptr<Layer> make(Args& a, const char* kind) {
+  auto l = std::make_unique<BatchNorm>();
+  l->kind_ = kind;
+  l->C_arg_ = a.integer("num_features", 0, 1);
+  l->eps_ = a.number("eps", 1e-5, 0.0, 1e30);
+  l->momentum_ = a.number("momentum", 0.1, 0.0, 1.0);
+  l->affine_ = a.boolean("affine", true);
+  l->track_ = a.boolean("track_running_stats", true);
+  return l;
+}
+}  // namespace
+
+std::unique_ptr<Layer> make_batch_norm(Args& a) { return make(a, "batch_norm"); }
+std::unique_ptr<Layer> make_batch_norm1d(Args& a) { return make(a, "batch_norm1d"); }
+std::unique_ptr<Layer> make_batch_norm2d(Args& a) { return make(a, "batch_norm2d"); }
+
+}  // namespace dp

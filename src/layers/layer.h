@@ -1,0 +1,108 @@
+// The interface every layer implements, built-in or (later) from a plugin.
+// A Layer object holds hyperparameters and shapes only; it is shared by all
+// replicas of a model and must be stateless during forward/backward (several
+// replicas call it at once). Per-replica memory lives in LayerIO::scratch.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/workers.h"
+#include "model/args.h"
+#include "tensor/tensor.h"
+
+namespace dp {
+
+// How a parameter or buffer starts, as PyTorch's reset_parameters() does it.
+struct Init {
+  enum Kind { kZeros, kOnes, kUniform } kind = kZeros;
+  float bound = 0;  // kUniform: U(-bound, bound)
+};
+
+// A parameter or buffer a layer declares; the model names it
+// "<layer name>.<suffix>" and stores it in one flat array, in declaration order.
+struct TensorSpec {
+  std::string suffix;  // "weight", "bias", "running_mean", ...
+  Shape shape;
+  Init init;
+};
+
+// What one replica's call sees.
+struct RunCtx {
+  bool training = true;
+  uint64_t seed = 0;          // the model's seed
+  int64_t step = 0;           // training forward passes so far (dropout key)
+  int64_t sample_offset = 0;  // global batch index of this replica's first row
+  int64_t batch_total = 0;    // the whole batch, over all replicas (loss mean)
+  Workers* pool = nullptr;    // this device's intra-op workers
+};
+
+struct LayerIO {
+  std::vector<const Tensor*> in;  // inputs, batch on dim 0
+  Tensor* out = nullptr;          // forward: resize and fill
+  const Tensor* gout = nullptr;   // backward: gradient of out
+  // backward: gradients of the inputs, to overwrite (resize first); an entry is
+  // null when that input needs no gradient (the model's input).
+  std::vector<Tensor*> gin;
+  const float* params = nullptr;  // this layer's parameters, in declaration order
+  float* grads = nullptr;         // their gradients: backward ACCUMULATES (+=)
+  const float* buffers = nullptr; // this layer's buffers (running statistics), shared
+  float* stats = nullptr;         // per replica, stats_size() floats, written by a training forward
+  std::vector<Tensor>* scratch = nullptr;  // per replica and layer, kept across steps
+
+  // Scratch tensor k of this replica (created on first use, then reused).
+  Tensor& tmp(size_t k) {
+    if (scratch->size() <= k) scratch->resize(k + 1);
+    return (*scratch)[k];
+  }
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Filled in by the model builder.
+  std::string type;   // "conv2d"
+  std::string name;   // "3" or the JSON "name"
+  std::string path;   // "/layers/3"
+  int index = 0;      // position in the model (keys dropout's random stream)
+
+  // Inputs this layer takes: {min, max}; max < 0 means any number.
+  virtual std::pair<int, int> arity() const { return {1, 1}; }
+  // Per-sample output shape from per-sample input shapes. Called once at
+  // build; may record shapes and decide parameter shapes. Throws
+  // DP_ERR_SHAPE with a message naming what was expected.
+  virtual Shape infer(const std::vector<Shape>& in) = 0;
+  virtual std::vector<TensorSpec> params() const { return {}; }
+  virtual std::vector<TensorSpec> buffers() const { return {}; }
+  // Floats of per-replica statistics a training forward writes (batch norm).
+  virtual int64_t stats_size() const { return 0; }
+
+  virtual void forward(const RunCtx& ctx, LayerIO& io) const = 0;
+  virtual void backward(const RunCtx& ctx, LayerIO& io) const = 0;
+
+  // After a training forward on every replica: folds the replicas' stats
+  // (stats[r], from count[r] samples) into the shared buffers, in replica
+  // order. Runs on one thread.
+  virtual void merge_stats(float* buffers, const float* const* stats, const int64_t* count, int replicas) const {
+    (void)buffers, (void)stats, (void)count, (void)replicas;
+  }
+};
+
+// A loss reduces over the whole batch even though each replica sees a part:
+// forward_backward returns this replica's share of the batch loss and writes
+// d(batch loss)/d(out) for its rows.
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  std::string type;
+  // Checks the model's per-sample output shape; returns the target's per-sample
+  // shape and dtype that the loss needs.
+  virtual Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const = 0;
+  virtual double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const = 0;
+};
+
+using LayerFactory = std::unique_ptr<Layer> (*)(Args& args);
+using LossFactory = std::unique_ptr<Loss> (*)(Args& args);
+
+}  // namespace dp

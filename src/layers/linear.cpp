@@ -1,0 +1,84 @@
+// y = x W^T + b over the last dim of the input.
+#include <cmath>
+
+#include "backends/cpu/blas.h"
+#include "layers/builtin.h"
+#include "layers/util.h"
+
+namespace dp {
+
+namespace {
+class Linear final : public Layer {
+ public:
+  int64_t in_ = 0, out_ = 0;
+  bool bias_ = true;
+  int64_t rows_per_sample_ = 1;
+
+  Shape infer(const std::vector<Shape>& in) override {
+    const Shape& s = in[0];
+    if (s.ndim < 1) fail(DP_ERR_SHAPE, "linear expects input of shape [..., in_features], got " + s.str());
+    int64_t f = s[s.ndim - 1];
+    if (in_ > 0 && f != in_)
+      fail(DP_ERR_SHAPE, "linear expects input of shape [..., " + std::to_string(in_) + "] (in_features), got " + s.str());
+    in_ = f;
+    rows_per_sample_ = s.numel() / (f > 0 ? f : 1);
+    Shape o = s;
+    o[o.ndim - 1] = out_;
+    return o;
+  }
+  std::vector<TensorSpec> params() const override {
+    float bound = in_ > 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_))) : 0.f;
+    std::vector<TensorSpec> p{{"weight", Shape{out_, in_}, {Init::kUniform, bound}}};
+    if (bias_) p.push_back({"bias", Shape{out_}, {Init::kUniform, bound}});
+    return p;
+  }
+
+  void forward(const RunCtx& ctx, LayerIO& io) const override {
+    const Tensor& x = *io.in[0];
+    int64_t n = x.shape()[0], R = n * rows_per_sample_;
+    Shape os = x.shape();
+    os[os.ndim - 1] = out_;
+    io.out->resize(DP_F32, os);
+    float* y = io.out->f32();
+    const float* W = io.params;
+    gemm(ctx.pool, false, true, R, out_, in_, 1.f, x.f32(), in_, W, in_, 0.f, y, out_);
+    if (bias_) {
+      const float* b = W + out_ * in_;
+      parallel_for(ctx.pool, R, 1 + kElemGrain / (out_ + 1), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r)
+          for (int64_t j = 0; j < out_; ++j) y[r * out_ + j] += b[j];
+      });
+    }
+  }
+
+  void backward(const RunCtx& ctx, LayerIO& io) const override {
+    const Tensor& x = *io.in[0];
+    const float* g = io.gout->f32();
+    int64_t n = x.shape()[0], R = n * rows_per_sample_;
+    const float* W = io.params;
+    float* dW = io.grads;
+    if (io.gin[0]) {
+      io.gin[0]->resize(DP_F32, x.shape());
+      gemm(ctx.pool, false, false, R, in_, out_, 1.f, g, out_, W, in_, 0.f, io.gin[0]->f32(), in_);
+    }
+    gemm(ctx.pool, true, false, out_, in_, R, 1.f, g, out_, x.f32(), in_, 1.f, dW, in_);
+    if (bias_) {
+      float* db = dW + out_ * in_;
+      parallel_for(ctx.pool, out_, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t j = lo; j < hi; ++j) db[j] += g[r * out_ + j];
+      });
+    }
+  }
+};
+}  // namespace
+
+std::unique_ptr<Layer> make_linear(Args& a) {
+  auto l = std::make_unique<Linear>();
+  l->in_ = a.integer("in_features", 0, 1);
+  l->out_ = a.required_integer("out_features", 1);
+  l->bias_ = a.boolean("bias", true);
+  return l;
+}
+
+}  // namespace dp

@@ -1,0 +1,53 @@
+// Small helpers shared by the built-in layers (not part of the layer API).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "layers/layer.h"
+
+namespace dp {
+
+// Elements per parallel_for chunk for cheap element-wise loops.
+constexpr int64_t kElemGrain = 1 << 15;
+
+// "[1, 2], [3] and [4]"
+inline std::string shapes_str(const std::vector<Shape>& in) {
+  std::string s;
+  for (size_t i = 0; i < in.size(); ++i) s += (i == 0 ? "" : i + 1 == in.size() ? " and " : ", ") + in[i].str();
+  return s;
+}
+
+inline void expect_rank(const char* what, const Shape& s, int rank, const char* pattern) {
+  if (s.ndim != rank) fail(DP_ERR_SHAPE, std::string(what) + " expects input of shape " + pattern + ", got " + s.str());
+}
+
+inline int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Output length of a convolution or pooling window, as PyTorch computes it
+// (pooling_output_shape): may be <= 0 when the input is too small.
+inline int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  int64_t eff = d * (k - 1) + 1;
+  int64_t o = floor_div(in + 2 * p - eff + (ceil_mode ? s - 1 : 0), s) + 1;
+  if (ceil_mode && o > 0 && (o - 1) * s >= in + p) --o;
+  return o;
+}
+
+inline std::string pair_str(int64_t a, int64_t b) { return "[" + std::to_string(a) + ", " + std::to_string(b) + "]"; }
+
+// Resolves a torch-style dim over a batched tensor of rank `rank`.
+inline int resolve_dim(int64_t dim, int rank) { return static_cast<int>(dim < 0 ? dim + rank : dim); }
+
+// Losses accept "reduction" but support only "mean".
+inline void require_mean_reduction(Args& a) {
+  std::string red = a.string("reduction", "mean");
+  if (red != "mean")
+    fail(DP_ERR_MODEL, a.path_of("reduction") + ": expected \"mean\" (the only one supported), got \"" + red + "\"");
+}
+
+}  // namespace dp

@@ -1,0 +1,129 @@
+#include "model/args.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dp {
+
+using nlohmann::json;
+
+Args::Args(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
+  if (!obj.is_object()) fail(DP_ERR_MODEL, (path_.empty() ? "/" : path_) + ": expected an object, got " + obj.dump());
+}
+
+bool Args::has(const char* key) const { return obj_.contains(key); }
+
+const json* Args::get(const char* key) {
+  used_.insert(key);
+  auto it = obj_.find(key);
+  return it == obj_.end() ? nullptr : &*it;
+}
+
+void Args::bad(const char* key, const std::string& expected, const json& got) const {
+  std::string g = got.dump();
+  if (g.size() > 60) g = g.substr(0, 57) + "...";
+  fail(DP_ERR_MODEL, path_of(key) + ": expected " + expected + ", got " + g);
+}
+
+static std::string at_least(int64_t min_value) {
+  if (min_value == 1) return "a positive integer";
+  if (min_value == 0) return "a non-negative integer";
+  return "an integer >= " + std::to_string(min_value);
+}
+
+int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_number_integer() || v->get<int64_t>() < min_value) bad(key, at_least(min_value), *v);
+  return v->get<int64_t>();
+}
+
+int64_t Args::required_integer(const char* key, int64_t min_value) {
+  if (!has(key)) fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + at_least(min_value));
+  return integer(key, 0, min_value);
+}
+
+std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  std::string what = at_least(min_value) + " or a list of two";
+  if (v->is_number_integer() && v->get<int64_t>() >= min_value) return {v->get<int64_t>(), v->get<int64_t>()};
+  if (v->is_array() && v->size() == 2 && (*v)[0].is_number_integer() && (*v)[1].is_number_integer() &&
+      (*v)[0].get<int64_t>() >= min_value && (*v)[1].get<int64_t>() >= min_value)
+    return {(*v)[0].get<int64_t>(), (*v)[1].get<int64_t>()};
+  bad(key, what, *v);
+}
+
+std::array<int64_t, 2> Args::required_pair(const char* key, int64_t min_value) {
+  if (!has(key)) fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + at_least(min_value) + " or a list of two");
+  return pair(key, {0, 0}, min_value);
+}
+
+static std::string range(double lo, double hi) {
+  auto f = [](double x) {
+    if (std::isinf(x)) return std::string(x < 0 ? "-inf" : "inf");
+    json j = x;
+    return j.dump();
+  };
+  return "a number in [" + f(lo) + ", " + f(hi) + "]";
+}
+
+double Args::number(const char* key, double default_value, double lo, double hi) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_number() || !(v->get<double>() >= lo && v->get<double>() <= hi)) bad(key, range(lo, hi), *v);
+  return v->get<double>();
+}
+
+std::vector<double> Args::numbers(const char* key, std::vector<double> default_value, size_t count, double lo,
+                                  double hi) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  std::string what = "a list of " + std::to_string(count) + " numbers in [" + json(lo).dump() + ", " + json(hi).dump() + "]";
+  if (!v->is_array() || v->size() != count) bad(key, what, *v);
+  std::vector<double> out;
+  for (const auto& x : *v) {
+    if (!x.is_number() || !(x.get<double>() >= lo && x.get<double>() <= hi)) bad(key, what, *v);
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+bool Args::boolean(const char* key, bool default_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_boolean()) bad(key, "true or false", *v);
+  return v->get<bool>();
+}
+
+std::string Args::string(const char* key, const std::string& default_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_string()) bad(key, "a string", *v);
+  return v->get<std::string>();
+}
+
+std::vector<int64_t> Args::integers(const char* key, std::vector<int64_t> default_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_array()) bad(key, "a list of integers", *v);
+  std::vector<int64_t> out;
+  for (const auto& x : *v) {
+    if (!x.is_number_integer()) bad(key, "a list of integers", *v);
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+void Args::finish(const std::string& what) const {
+  for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+    if (used_.count(it.key())) continue;
+    std::string known;
+    for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
+    fail(DP_ERR_MODEL, path_of(it.key().c_str()) + ": unknown key '" + it.key() + "' for " + what + " (known: " + known + ")");
+  }
+}
+
+}  // namespace dp

@@ -1,0 +1,54 @@
+// Reads a layer's (or optimizer's) JSON object with errors that name the JSON
+// path and say what would be valid:
+//   /layers/3/kernel_size: expected a positive integer, got -1
+// Every key read is remembered, so finish() can reject unknown keys (a typo
+// such as "kernal_size" must not be silently ignored).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dp {
+
+class Args {
+ public:
+  // obj must outlive the Args. Throws DP_ERR_MODEL unless obj is an object.
+  Args(const nlohmann::json& obj, std::string path);
+
+  const std::string& path() const { return path_; }
+  std::string path_of(const char* key) const { return path_ + "/" + key; }
+  bool has(const char* key) const;
+
+  // Integers >= min_value; `required` ones throw when absent.
+  int64_t integer(const char* key, int64_t default_value, int64_t min_value);
+  int64_t required_integer(const char* key, int64_t min_value);
+  // An integer or a list of two, as PyTorch's kernel_size=3 or (3, 5).
+  std::array<int64_t, 2> pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value);
+  std::array<int64_t, 2> required_pair(const char* key, int64_t min_value);
+  // A number in [lo, hi].
+  double number(const char* key, double default_value, double lo, double hi);
+  std::vector<double> numbers(const char* key, std::vector<double> default_value, size_t count, double lo, double hi);
+  bool boolean(const char* key, bool default_value);
+  std::string string(const char* key, const std::string& default_value);
+  // A list of integer dims as in torch (negative counts from the end).
+  std::vector<int64_t> integers(const char* key, std::vector<int64_t> default_value);
+
+  // Marks keys that the caller handles itself (type, name, inputs...).
+  void accept(const char* key) { used_.insert(key); }
+  // Throws for a key never read: "/layers/2: unknown key 'kernal_size' for conv2d (known: ...)".
+  void finish(const std::string& what) const;
+
+ private:
+  const nlohmann::json* get(const char* key);
+  [[noreturn]] void bad(const char* key, const std::string& expected, const nlohmann::json& got) const;
+
+  const nlohmann::json& obj_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+}  // namespace dp

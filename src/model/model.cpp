@@ -1,0 +1,194 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/rng.h"
+
+namespace dp {
+
+using nlohmann::json;
+
+static std::string describe(const Node& n) {
+  return n.layer->path + " (" + n.layer->type + " '" + n.layer->name + "')";
+}
+
+static void init_tensor(float* p, int64_t n, const Init& init, uint64_t key) {
+  for (int64_t i = 0; i < n; ++i) {
+    switch (init.kind) {
+      case Init::kZeros: p[i] = 0; break;
+      case Init::kOnes: p[i] = 1; break;
+      case Init::kUniform: p[i] = (2 * uniform01(key, static_cast<uint64_t>(i)) - 1) * init.bound; break;
+    }
+  }
+}
+
+// Resolves "inputs" (names of earlier layers, or "input" for the model's
+// input); without it a layer takes the previous layer's output.
+static std::vector<int> resolve_inputs(const json& spec, const std::string& path, int index,
+                                       const std::map<std::string, int>& names) {
+  if (!spec.contains("inputs")) return {index - 1};
+  const json& in = spec["inputs"];
+  std::string p = path + "/inputs";
+  if (!in.is_array() || in.empty()) fail(DP_ERR_MODEL, p + ": expected a non-empty list of layer names");
+  std::vector<int> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].is_string()) fail(DP_ERR_MODEL, p + "/" + std::to_string(i) + ": expected a layer name, got " + in[i].dump());
+    auto it = names.find(in[i].get<std::string>());
+    if (it == names.end()) {
+      std::string known = "input";
+      for (const auto& kv : names)
+        if (kv.second >= 0) known += ", " + kv.first;
+      fail(DP_ERR_MODEL, p + "/" + std::to_string(i) + ": no earlier layer named '" + in[i].get<std::string>() +
+                             "' (known: " + known + ")");
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    fail(DP_ERR_JSON, std::string("model JSON: ") + e.what());
+  }
+  auto model = std::make_unique<Model>();
+  model->description = text;
+  Args top(doc, "");
+  model->seed = static_cast<uint64_t>(top.integer("seed", 0, 0));
+  top.accept("name");
+  top.accept("description");
+  top.accept("input");
+  top.accept("loss");
+
+  if (!doc.contains("input")) fail(DP_ERR_MODEL, "/input: missing; expected {\"shape\": [...]} (the shape of one sample)");
+  {
+    Args input(doc["input"], "/input");
+    std::vector<int64_t> shape = input.integers("shape", {});
+    if (shape.empty()) fail(DP_ERR_MODEL, "/input/shape: expected a non-empty list of positive integers");
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (shape[i] < 1) fail(DP_ERR_MODEL, "/input/shape/" + std::to_string(i) + ": expected a positive integer, got " + std::to_string(shape[i]));
+    if (shape.size() >= DP_MAX_DIMS) fail(DP_ERR_MODEL, "/input/shape: at most " + std::to_string(DP_MAX_DIMS - 1) + " dimensions per sample");
+    for (int64_t v : shape) model->input_shape.push(v);
+    std::string dtype = input.string("dtype", "float32");
+    if (dtype != "float32") fail(DP_ERR_MODEL, "/input/dtype: expected \"float32\", got \"" + dtype + "\"");
+    input.finish("input");
+  }
+
+  if (!doc.contains("layers") || !doc["layers"].is_array() || doc["layers"].empty())
+    fail(DP_ERR_MODEL, "/layers: expected a non-empty list of layers");
+  top.accept("layers");
+  const json& layers = doc["layers"];
+  std::map<std::string, int> names{{"input", -1}};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::string path = "/layers/" + std::to_string(i);
+    const json& spec = layers[i];
+    Args args(spec, path);
+    args.accept("type");
+    args.accept("name");
+    args.accept("inputs");
+    if (!spec.contains("type") || !spec["type"].is_string())
+      fail(DP_ERR_MODEL, path + "/type: missing; expected a layer type (known: " + registry.layer_names() + ")");
+    std::string type = spec["type"].get<std::string>();
+    LayerFactory factory = registry.layer(type);
+    if (!factory)
+      fail(DP_ERR_MODEL, "unknown layer type '" + type + "' at " + path + "/type (known: " + registry.layer_names() + ")");
+    std::string name = std::to_string(i);
+    if (spec.contains("name")) {
+      if (!spec["name"].is_string() || spec["name"].get<std::string>().empty())
+        fail(DP_ERR_MODEL, path + "/name: expected a non-empty string, got " + spec["name"].dump());
+      name = spec["name"].get<std::string>();
+    }
+    if (names.count(name))
+      fail(DP_ERR_MODEL, path + "/name: '" + name + "' is already used" + (name == "input" ? " (the model's input)" : " by an earlier layer"));
+
+    Node node;
+    node.inputs = resolve_inputs(spec, path, static_cast<int>(i), names);
+    node.layer = factory(args);
+    args.finish(type);
+    node.layer->type = type;
+    node.layer->name = name;
+    node.layer->path = path;
+    node.layer->index = static_cast<int>(i);
+
+    auto arity = node.layer->arity();
+    int n_in = static_cast<int>(node.inputs.size());
+    if (n_in < arity.first || (arity.second >= 0 && n_in > arity.second)) {
+      std::string want = arity.second == arity.first ? std::to_string(arity.first)
+                         : arity.second < 0          ? "at least " + std::to_string(arity.first)
+                                                     : std::to_string(arity.first) + " to " + std::to_string(arity.second);
+      fail(DP_ERR_MODEL, path + "/inputs: " + type + " takes " + want + " input(s), got " + std::to_string(n_in));
+    }
+    std::vector<Shape> in_shapes;
+    for (int j : node.inputs) in_shapes.push_back(j < 0 ? model->input_shape : model->nodes[j].out_shape);
+    try {
+      node.out_shape = node.layer->infer(in_shapes);
+    } catch (const Error& e) {
+      std::string from;
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        int j = node.inputs[k];
+        from += (k ? ", " : "") + (j < 0 ? std::string("the model input") : describe(model->nodes[j])) + " gives " +
+                in_shapes[k].str();
+      }
+      fail(e.status(), describe(node) + ": " + e.what() + " (input: " + from + ")");
+    }
+    if (node.out_shape.ndim >= DP_MAX_DIMS)
+      fail(DP_ERR_SHAPE, describe(node) + ": output has too many dimensions");
+    names[name] = static_cast<int>(i);
+    model->nodes.push_back(std::move(node));
+  }
+
+  // Flat parameter and buffer arrays, initialised from the seed: parameter k
+  // draws from its own stream, so adding a layer never shifts the others.
+  for (auto& node : model->nodes) {
+    node.param_offset = static_cast<int64_t>(model->params.size());
+    for (const TensorSpec& s : node.layer->params()) {
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->params.size())};
+      model->params.resize(model->params.size() + s.shape.numel());
+      uint64_t key = hash_keys(model->seed, 0x9a5a, model->param_info.size());
+      init_tensor(model->params.data() + nt.offset, s.shape.numel(), s.init, key);
+      model->param_info.push_back(nt);
+    }
+    node.param_count = static_cast<int64_t>(model->params.size()) - node.param_offset;
+    node.buffer_offset = static_cast<int64_t>(model->buffers.size());
+    for (const TensorSpec& s : node.layer->buffers()) {
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->buffers.size())};
+      model->buffers.resize(model->buffers.size() + s.shape.numel());
+      init_tensor(model->buffers.data() + nt.offset, s.shape.numel(), s.init, 0);
+      model->buffer_info.push_back(nt);
+    }
+    node.buffer_count = static_cast<int64_t>(model->buffers.size()) - node.buffer_offset;
+    node.stats_offset = model->stats_total;
+    node.stats_count = node.layer->stats_size();
+    model->stats_total += node.stats_count;
+  }
+  model->grads.assign(model->params.size(), 0.0f);
+
+  if (doc.contains("loss")) {
+    Args args(doc["loss"], "/loss");
+    args.accept("type");
+    const json& spec = doc["loss"];
+    if (!spec.contains("type") || !spec["type"].is_string())
+      fail(DP_ERR_MODEL, "/loss/type: missing; expected a loss type (known: " + registry.loss_names() + ")");
+    std::string type = spec["type"].get<std::string>();
+    LossFactory factory = registry.loss(type);
+    if (!factory)
+      fail(DP_ERR_MODEL, "unknown loss type '" + type + "' at /loss/type (known: " + registry.loss_names() + ")");
+    model->loss = factory(args);
+    args.finish(type);
+    model->loss->type = type;
+    try {
+      model->target_shape = model->loss->target_shape(model->output_shape(), &model->target_dtype);
+    } catch (const Error& e) {
+      fail(e.status(), "/loss (" + type + "): " + e.what() + " (the model's output, from " + describe(model->nodes.back()) +
+                           ", is " + model->output_shape().str() + " per sample)");
+    }
+  }
+  top.finish("a model");
+  return model;
+}
+
+}  // namespace dp

@@ -1,0 +1,50 @@
+// A model: a DAG of layers built from JSON (docs/model-format.md), with all
+// parameters in one flat array (declaration order, as nn.Module.parameters()
+// yields them), gradients in a second, buffers in a third. One flat array is
+// what makes gradient reduction, optimizers and checkpoints simple loops.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/layer.h"
+#include "layers/registry.h"
+
+namespace dp {
+
+struct Node {
+  std::unique_ptr<Layer> layer;
+  std::vector<int> inputs;  // node indices; -1 is the model's input
+  Shape out_shape;          // per sample
+  int64_t param_offset = 0, param_count = 0;
+  int64_t buffer_offset = 0, buffer_count = 0;
+  int64_t stats_offset = 0, stats_count = 0;
+};
+
+struct NamedTensor {
+  std::string name;  // "0.weight"
+  Shape shape;
+  int64_t offset = 0;  // in the flat array
+};
+
+class Model {
+ public:
+  // Throws dp::Error (DP_ERR_JSON, DP_ERR_MODEL, DP_ERR_SHAPE) naming the JSON path.
+  static std::unique_ptr<Model> from_json(const Registry& registry, const std::string& text);
+
+  uint64_t seed = 0;
+  Shape input_shape;  // per sample
+  std::vector<Node> nodes;  // in execution order; the last one is the output
+  std::unique_ptr<Loss> loss;  // null when the JSON names none
+  Shape target_shape;          // per sample, when there is a loss
+  dp_dtype target_dtype = DP_I64;
+  std::string description;  // the JSON text, as given
+
+  std::vector<float> params, grads, buffers;
+  std::vector<NamedTensor> param_info, buffer_info;
+  int64_t stats_total = 0;  // per-replica statistics floats, all layers
+
+  const Shape& output_shape() const { return nodes.back().out_shape; }
+};
+
+}  // namespace dp

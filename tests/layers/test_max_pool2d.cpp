@@ -1,0 +1,88 @@
+#include <cmath>
+#include <limits>
+
+#include "common.h"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+struct PoolCfg {
+  int64_t k, s, p, d;
+  bool ceil;
+  int64_t H, W;
+};
+
+int64_t out_len(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
+  double v = double(in + 2 * p - d * (k - 1) - 1) / double(s);
+  int64_t o = int64_t(ceil ? std::ceil(v) : std::floor(v)) + 1;
+  if (ceil && (o - 1) * s >= in + p) --o;
+  return o;
+}
+
+// Values with distinct gaps of >= 0.05, so a +-eps step never changes an argmax.
+Tensor distinct(const Shape& s, uint64_t seed) {
+  Tensor t(DP_F32, s);
+  int64_t n = t.numel();
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[int64_t(uniform01(seed, i) * (i + 1))]);
+  for (int64_t i = 0; i < n; ++i) t.f32()[i] = 0.05f * float(perm[i] - n / 2);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("max_pool2d: forward against a naive loop, gradients") {
+  const PoolCfg cfgs[] = {
+      {2, 2, 0, 1, false, 4, 6}, {3, 2, 1, 1, true, 5, 6}, {3, 2, 1, 1, false, 5, 6},
+      {2, 1, 1, 2, false, 5, 5}, {3, 3, 1, 1, true, 7, 8}, {2, 2, 0, 1, true, 5, 5},
+  };
+  for (const PoolCfg& c : cfgs) {
+    nlohmann::json j{{"type", "max_pool2d"}, {"kernel_size", c.k}, {"stride", c.s}, {"padding", c.p},
+                     {"dilation", c.d}, {"ceil_mode", c.ceil}};
+    CAPTURE(j.dump());
+    auto l = make_layer(j);
+    Harness h(*l, {Shape{2, c.H, c.W}});
+    int64_t Ho = out_len(c.H, c.k, c.s, c.p, c.d, c.ceil), Wo = out_len(c.W, c.k, c.s, c.p, c.d, c.ceil);
+    REQUIRE(h.out_sample == Shape{2, Ho, Wo});
+    Tensor x = distinct(Shape{3, 2, c.H, c.W}, 9);
+    Tensor& y = h.forward({&x});
+    std::vector<float> want;
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t i = 0; i < c.k; ++i)
+            for (int64_t jj = 0; jj < c.k; ++jj) {
+              int64_t ih = oh * c.s - c.p + i * c.d, iw = ow * c.s - c.p + jj * c.d;
+              if (ih >= 0 && ih < c.H && iw >= 0 && iw < c.W) m = std::max(m, x.f32()[(pl * c.H + ih) * c.W + iw]);
+            }
+          want.push_back(m);
+        }
+    check_close(y, want, 0.f);
+    check_layer(h, {&x});
+  }
+}
+
+TEST_CASE("max_pool2d: stride defaults to kernel_size, ceil_mode sizes, gradient goes to the max") {
+  auto l = make_layer({{"type", "max_pool2d"}, {"kernel_size", 2}});
+  CHECK(l->infer({Shape{1, 5, 5}}) == Shape{1, 2, 2});
+  auto c = make_layer({{"type", "max_pool2d"}, {"kernel_size", 2}, {"ceil_mode", true}});
+  CHECK(c->infer({Shape{1, 5, 5}}) == Shape{1, 3, 3});
+  Harness h(*l, {Shape{1, 2, 2}});
+  Tensor x = tensor_of(Shape{1, 1, 2, 2}, {1.f, 4.f, 3.f, 2.f});
+  h.forward({&x});
+  CHECK(h.out.f32()[0] == 4.f);
+  Tensor g = tensor_of(Shape{1, 1, 1, 1}, {5.f});
+  h.backward({&x}, g);
+  check_close(h.gin[0], {0.f, 5.f, 0.f, 0.f}, 0.f);
+}
+
+TEST_CASE("max_pool2d: errors") {
+  expect_error([] { make_layer({{"type", "max_pool2d"}, {"kernel_size", 3}, {"padding", 2}}); }, DP_ERR_MODEL,
+               {"/layers/0/padding", "half"});
+  expect_error([] { make_layer({{"type", "max_pool2d"}}); }, DP_ERR_MODEL, {"/layers/0/kernel_size"});
+  auto l = make_layer({{"type", "max_pool2d"}, {"kernel_size", 3}});
+  expect_error([&] { l->infer({Shape{16, 16}}); }, DP_ERR_SHAPE, {"[C, H, W]", "got [16, 16]"});
+  expect_error([&] { l->infer({Shape{1, 2, 2}}); }, DP_ERR_SHAPE, {"[1, 2, 2]"});
+}

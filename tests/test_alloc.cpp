@@ -1,0 +1,68 @@
+// After the first step, a training step allocates nothing: every operator new
+// in the process (libdp's included) is counted while steps 2..N run.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "api_util.h"
+
+static std::atomic<long> g_allocs{0};
+
+void* operator new(std::size_t n) {
+  ++g_allocs;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++g_allocs;
+  std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+TEST_CASE("no allocation per training step after the first") {
+  const char* json = R"({"seed": 1, "input": {"shape": [1, 12, 12]},
+    "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "name": "c"},
+               {"type": "batch_norm"}, {"type": "relu", "name": "r"},
+               {"type": "add", "inputs": ["r", "c"]},
+               {"type": "max_pool2d", "kernel_size": 2}, {"type": "dropout", "p": 0.2},
+               {"type": "flatten"}, {"type": "linear", "out_features": 10}],
+    "loss": {"type": "cross_entropy"}})";
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1,cpu:2"}) {
+    for (const char* opt_json : {R"({"type": "sgd", "lr": 0.01, "momentum": 0.9})", R"({"type": "adam"})"}) {
+      dp_context* ctx = nullptr;
+      dp_model* m = nullptr;
+      dp_group* g = nullptr;
+      dp_optimizer* opt = nullptr;
+      DP_REQUIRE_OK(dp_context_create(&ctx));
+      DP_REQUIRE_OK(dp_model_from_json(ctx, json, &m));
+      DP_REQUIRE_OK(dp_group_create(m, devices, &g));
+      DP_REQUIRE_OK(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, 2));
+      DP_REQUIRE_OK(dp_optimizer_create(g, opt_json, &opt));
+      dp_tensor* x = make_f32(ctx, std::vector<float>(16 * 144, 0.5f), {16, 1, 12, 12});
+      std::vector<int64_t> labels(16);
+      for (int i = 0; i < 16; ++i) labels[i] = i % 10;
+      dp_tensor* y = make_i64(ctx, labels, {16});
+      float loss = 0;
+      DP_REQUIRE_OK(dp_group_train_step(g, opt, x, y, &loss));
+      long before = g_allocs.load();
+      for (int s = 0; s < 5; ++s) {
+        dp_status st = dp_group_train_step(g, opt, x, y, &loss);
+        REQUIRE(st == DP_OK);
+      }
+      long during = g_allocs.load() - before;
+      CAPTURE(devices);
+      CHECK(during == 0);
+      dp_tensor_destroy(x);
+      dp_tensor_destroy(y);
+      dp_optimizer_destroy(opt);
+      dp_group_destroy(g);
+      dp_model_destroy(m);
+      dp_context_destroy(ctx);
+    }
+  }
+}

@@ -1,0 +1,408 @@
+// The C ABI end to end: models, tensors, groups, optimizers, and every class
+// of bad input (a clear status and message, nothing lost, objects usable).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "api_util.h"
+
+namespace {
+
+const char* kMlp = R"({"seed": 1, "input": {"shape": [4]},
+  "layers": [{"type": "linear", "out_features": 8}, {"type": "relu"},
+             {"type": "linear", "out_features": 3, "name": "head"}],
+  "loss": {"type": "cross_entropy"}})";
+
+struct Fixture {
+  dp_context* ctx = nullptr;
+  Fixture() { DP_REQUIRE_OK(dp_context_create(&ctx)); }
+  ~Fixture() { dp_context_destroy(ctx); }
+  dp_model* model(const char* json) {
+    dp_model* m = nullptr;
+    DP_REQUIRE_OK(dp_model_from_json(ctx, json, &m));
+    return m;
+  }
+  // Expects `json` to be rejected with `status` and a message containing each of `parts`.
+  void rejects(const char* json, dp_status status, std::vector<std::string> parts) {
+    dp_model* m = reinterpret_cast<dp_model*>(0x1);
+    dp_status s = dp_model_from_json(ctx, json, &m);
+    std::string msg = dp_last_error();
+    INFO(json);
+    INFO(msg);
+    CHECK(s == status);
+    CHECK(m == reinterpret_cast<dp_model*>(0x1));  // out-parameter untouched
+    for (const auto& p : parts) CHECK(msg.find(p) != std::string::npos);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("version, status names, NULL-safe destroy") {
+  CHECK(std::string(dp_version()) == "0.1.0");
+  CHECK(std::string(dp_status_name(DP_ERR_SHAPE)) == "DP_ERR_SHAPE");
+  dp_context_destroy(nullptr);
+  dp_model_destroy(nullptr);
+  dp_tensor_destroy(nullptr);
+  dp_group_destroy(nullptr);
+  dp_optimizer_destroy(nullptr);
+  CHECK(dp_context_create(nullptr) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("NULL") != std::string::npos);
+}
+
+TEST_CASE("parameters: count, names as nn.Sequential, shapes, round trip") {
+  Fixture f;
+  dp_model* m = f.model(kMlp);
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+  CHECK(n == 4 * 8 + 8 + 8 * 3 + 3);
+  int tensors = 0;
+  DP_REQUIRE_OK(dp_model_num_parameter_tensors(m, &tensors));
+  REQUIRE(tensors == 4);
+  const char* expect[] = {"0.weight", "0.bias", "head.weight", "head.bias"};
+  for (int i = 0; i < 4; ++i) {
+    const char* name = nullptr;
+    int nd = 0;
+    int64_t shape[DP_MAX_DIMS];
+    DP_REQUIRE_OK(dp_model_parameter_info(m, i, &name, &nd, shape));
+    CHECK(std::string(name) == expect[i]);
+  }
+  std::vector<float> p = params_of(m);
+  // PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  for (int i = 0; i < 32; ++i) CHECK(std::fabs(p[i]) <= 0.5f);
+  for (int i = 40; i < 64; ++i) CHECK(std::fabs(p[i]) <= 1 / std::sqrt(8.0f));
+  std::vector<float> q(p.size(), 0.25f);
+  DP_REQUIRE_OK(dp_model_set_parameters(m, q.data(), n));
+  CHECK(params_of(m) == q);
+  CHECK(dp_model_copy_parameters(m, q.data(), n - 1) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_model_set_parameters(m, q.data(), n + 1) == DP_ERR_INVALID_ARGUMENT);
+  // The same seed gives the same initial parameters; another seed others.
+  dp_model* m2 = f.model(kMlp);
+  dp_model* m3 = f.model(R"({"seed": 2, "input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 8}, {"type": "relu"}, {"type": "linear", "out_features": 3}]})");
+  CHECK(params_of(m2) == p);
+  CHECK(params_of(m3) != p);
+  dp_model_destroy(m);
+  dp_model_destroy(m2);
+  dp_model_destroy(m3);
+}
+
+TEST_CASE("forward gathers every replica's rows in order: same output on 1 and 3 devices") {
+  Fixture f;
+  dp_model* m = f.model(kMlp);
+  TestRng rng(5);
+  std::vector<float> x(10 * 4);
+  for (float& v : x) v = rng.uniform(-2, 2);
+  dp_tensor* in = make_f32(f.ctx, x, {10, 4});
+  std::vector<float> outs[2];
+  int k = 0;
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1,cpu:2"}) {
+    dp_group* g = nullptr;
+    DP_REQUIRE_OK(dp_group_create(m, devices, &g));
+    dp_tensor* out = nullptr;
+    DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+    CHECK(shape_of(out) == std::vector<int64_t>{10, 3});
+    outs[k++] = tensor_data(out);
+    dp_tensor_destroy(out);
+    dp_group_destroy(g);
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i) CHECK(outs[1][i] == doctest::Approx(outs[0][i]).epsilon(1e-6));
+  dp_tensor_destroy(in);
+  dp_model_destroy(m);
+}
+
+TEST_CASE("backward accumulates until zero_grad; train_step on fixed data lowers the loss") {
+  Fixture f;
+  dp_model* m = f.model(kMlp);
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  TestRng rng(9);
+  std::vector<float> x(6 * 4), go(6 * 3);
+  for (float& v : x) v = rng.uniform(-1, 1);
+  for (float& v : go) v = rng.uniform(-1, 1);
+  dp_tensor* in = make_f32(f.ctx, x, {6, 4});
+  dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+  std::vector<float> g1(n), g2(n);
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  DP_REQUIRE_OK(dp_group_backward(g, gout));
+  DP_REQUIRE_OK(dp_model_copy_gradients(m, g1.data(), n));
+  DP_REQUIRE_OK(dp_group_backward(g, gout));
+  DP_REQUIRE_OK(dp_model_copy_gradients(m, g2.data(), n));
+  double norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(g2[i] == doctest::Approx(2 * g1[i]).epsilon(1e-6));
+    norm += std::fabs(g1[i]);
+  }
+  CHECK(norm > 0);
+  DP_REQUIRE_OK(dp_group_zero_grad(g));
+  DP_REQUIRE_OK(dp_model_copy_gradients(m, g2.data(), n));
+  for (float v : g2) CHECK(v == 0.0f);
+  // The backward gradient of the output, times the output, matches a direct
+  // check on the last bias: d(sum go*out)/d(head.bias) = column sums of go.
+  DP_REQUIRE_OK(dp_group_backward(g, gout));
+  DP_REQUIRE_OK(dp_model_copy_gradients(m, g2.data(), n));
+  for (int c = 0; c < 3; ++c) {
+    double s = 0;
+    for (int r = 0; r < 6; ++r) s += go[r * 3 + c];
+    CHECK(g2[n - 3 + c] == doctest::Approx(s).epsilon(1e-5));
+  }
+
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.2, "momentum": 0.9})", &opt));
+  dp_tensor* target = make_i64(f.ctx, {0, 1, 2, 0, 1, 2}, {6});
+  float first = 0, loss = 0;
+  DP_REQUIRE_OK(dp_group_train_step(g, opt, in, target, &first));
+  CHECK(first == doctest::Approx(std::log(3.0)).epsilon(0.3));
+  for (int s = 0; s < 50; ++s) DP_REQUIRE_OK(dp_group_train_step(g, opt, in, target, &loss));
+  CHECK(loss < 0.2 * first);
+  float eval_loss = 0;
+  int64_t correct = 0;
+  DP_REQUIRE_OK(dp_group_evaluate(g, in, target, &eval_loss, &correct));
+  CHECK(correct == 6);
+  CHECK(eval_loss < first);
+
+  dp_optimizer_destroy(opt);
+  dp_tensor_destroy(target);
+  dp_tensor_destroy(out);
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(gout);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+TEST_CASE("batch norm: per-replica batch statistics, running statistics merged by sample count") {
+  Fixture f;
+  const char* json = R"({"input": {"shape": [2]}, "layers": [{"type": "batch_norm", "momentum": 0.5}]})";
+  dp_model* m = f.model(json);
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  DP_REQUIRE_OK(dp_group_set_option(g, DP_GROUP_SPLIT, DP_SPLIT_CHUNK));
+  // 5 rows on 2 devices: 3 + 2. Feature 0 is the row index, feature 1 is 1.
+  dp_tensor* in = make_f32(f.ctx, {0, 1, 1, 1, 2, 1, 3, 1, 4, 1}, {5, 2});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  std::vector<float> y = tensor_data(out);
+  // Replica 0 normalises rows 0..2 with its own mean (1) and biased var (2/3).
+  CHECK(y[0] == doctest::Approx(-1 / std::sqrt(2.0 / 3 + 1e-5)));
+  CHECK(y[6] == doctest::Approx(-0.5 / std::sqrt(0.25 + 1e-5)));  // row 3 in replica 1 (mean 3.5)
+  int64_t nb = 0;
+  DP_REQUIRE_OK(dp_model_num_buffers(m, &nb));
+  REQUIRE(nb == 4);
+  std::vector<float> buf(4);
+  DP_REQUIRE_OK(dp_model_copy_buffers(m, buf.data(), 4));
+  // mean: 0.5*0 + 0.5*(3*1 + 2*3.5)/5 = 1; var (unbiased per replica): 0.5*1 + 0.5*(3*1 + 2*0.5)/5 = 0.9
+  CHECK(buf[0] == doctest::Approx(1.0));
+  CHECK(buf[2] == doctest::Approx(0.9));
+  // Evaluation mode uses the running statistics and leaves them alone.
+  DP_REQUIRE_OK(dp_group_set_training(g, 0));
+  dp_tensor_destroy(out);
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  y = tensor_data(out);
+  CHECK(y[0] == doctest::Approx((0 - 1) / std::sqrt(0.9 + 1e-5)));
+  std::vector<float> buf2(4);
+  DP_REQUIRE_OK(dp_model_copy_buffers(m, buf2.data(), 4));
+  CHECK(buf2 == buf);
+  dp_tensor_destroy(out);
+  dp_tensor_destroy(in);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+TEST_CASE("dropout: active in training, identity in evaluation") {
+  Fixture f;
+  dp_model* m = f.model(R"({"input": {"shape": [1000]}, "layers": [{"type": "dropout", "p": 0.5}]})");
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  std::vector<float> ones(2000, 1.0f);
+  dp_tensor* in = make_f32(f.ctx, ones, {2, 1000});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  std::vector<float> y = tensor_data(out);
+  int zeros = 0;
+  for (float v : y) {
+    CHECK((v == 0.0f || v == 2.0f));
+    zeros += v == 0.0f;
+  }
+  CHECK(zeros > 850);
+  CHECK(zeros < 1150);
+  dp_tensor_destroy(out);
+  // A second training forward draws a new mask.
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  CHECK(tensor_data(out) != y);
+  dp_tensor_destroy(out);
+  DP_REQUIRE_OK(dp_group_set_training(g, 0));
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  CHECK(tensor_data(out) == ones);
+  dp_tensor_destroy(out);
+  dp_tensor_destroy(in);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+TEST_CASE("bad model JSON: a clear error naming the JSON path and what is valid") {
+  Fixture f;
+  f.rejects("{\"input\": ", DP_ERR_JSON, {"model JSON", "parse error"});
+  f.rejects(R"({"input": {"shape": [3, 32, 32]}, "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": -1}]})",
+            DP_ERR_MODEL, {"/layers/0/kernel_size: expected a positive integer", "got -1"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}, {"type": "relu"}, {"type": "relu"}, {"type": "relu"}, {"type": "conv3d"}]})",
+            DP_ERR_MODEL, {"unknown layer type 'conv3d' at /layers/4/type", "known:", "conv2d", "linear"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2, "bais": false}]})",
+            DP_ERR_MODEL, {"/layers/0/bais", "unknown key", "bias"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear"}]})", DP_ERR_MODEL, {"/layers/0/out_features", "missing"});
+  f.rejects(R"({"layers": [{"type": "relu"}]})", DP_ERR_MODEL, {"/input"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": []})", DP_ERR_MODEL, {"/layers"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "loss": {"type": "hinge"}})", DP_ERR_MODEL,
+            {"unknown loss type 'hinge' at /loss/type", "cross_entropy", "mse"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "a"}, {"type": "add", "inputs": ["a", "b"]}]})",
+            DP_ERR_MODEL, {"/layers/1/inputs/1", "no earlier layer named 'b'"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "a"}, {"type": "relu", "name": "a"}]})",
+            DP_ERR_MODEL, {"/layers/1/name", "already used"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "optimiser": 1})", DP_ERR_MODEL, {"unknown key 'optimiser'"});
+}
+
+TEST_CASE("shape mismatches name both layers and both shapes") {
+  Fixture f;
+  f.rejects(R"({"input": {"shape": [1, 8, 8]}, "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "name": "conv1"},
+      {"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1, "name": "conv2"},
+      {"type": "add", "inputs": ["conv1", "conv2"], "name": "res"}]})",
+            DP_ERR_SHAPE, {"/layers/2 (add 'res')", "conv1", "[4, 8, 8]", "conv2", "[2, 8, 8]"});
+  f.rejects(R"({"input": {"shape": [784]}, "layers": [{"type": "relu", "name": "act"}, {"type": "conv2d", "out_channels": 2, "kernel_size": 3}]})",
+            DP_ERR_SHAPE, {"/layers/1 (conv2d '1')", "/layers/0 (relu 'act')", "[784]"});
+  f.rejects(R"({"input": {"shape": [10]}, "layers": [{"type": "linear", "in_features": 12, "out_features": 2}]})",
+            DP_ERR_SHAPE, {"/layers/0 (linear '0')", "12", "10"});
+  f.rejects(R"({"input": {"shape": [10]}, "layers": [{"type": "linear", "out_features": 2}], "loss": {"type": "mse"}, "seed": -4})",
+            DP_ERR_MODEL, {"/seed"});
+}
+
+TEST_CASE("missing and unreadable model files") {
+  Fixture f;
+  dp_model* m = nullptr;
+  CHECK(dp_model_from_file(f.ctx, "/nonexistent/model.json", &m) == DP_ERR_IO);
+  CHECK(std::string(dp_last_error()).find("/nonexistent/model.json") != std::string::npos);
+  CHECK(m == nullptr);
+  const char* path = "test_capi_model.json";
+  {
+    std::ofstream out(path);
+    out << R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": -2}]})";
+  }
+  CHECK(dp_model_from_file(f.ctx, path, &m) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("test_capi_model.json: /layers/0/out_features") != std::string::npos);
+  {
+    std::ofstream out(path);
+    out << kMlp;
+  }
+  DP_REQUIRE_OK(dp_model_from_file(f.ctx, path, &m));
+  dp_model_destroy(m);
+  std::remove(path);
+}
+
+TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
+  Fixture f;
+  dp_model* m = f.model(kMlp);
+  dp_group* g = reinterpret_cast<dp_group*>(0x1);
+  CHECK(dp_group_create(m, "cpu:0,gpu:1", &g) == DP_ERR_DEVICE);
+  CHECK(std::string(dp_last_error()).find("'gpu:1'") != std::string::npos);
+  CHECK(dp_group_create(m, "cuda:0", &g) == DP_ERR_DEVICE);
+  CHECK(dp_group_create(m, "", &g) == DP_ERR_DEVICE);
+  CHECK(g == reinterpret_cast<dp_group*>(0x1));
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1,cpu:2", &g));
+  int nd = 0;
+  CHECK(dp_group_num_devices(g, &nd) == DP_OK);
+  CHECK(nd == 3);
+
+  // Wrong input shape and dtype.
+  dp_tensor* bad = make_f32(f.ctx, std::vector<float>(10), {2, 5});
+  dp_tensor* out = reinterpret_cast<dp_tensor*>(0x1);
+  CHECK(dp_group_forward(g, bad, &out) == DP_ERR_SHAPE);
+  CHECK(std::string(dp_last_error()).find("[2, 5]") != std::string::npos);
+  CHECK(out == reinterpret_cast<dp_tensor*>(0x1));
+  dp_tensor* ints = make_i64(f.ctx, {1, 2, 3, 4}, {1, 4});
+  CHECK(dp_group_forward(g, ints, &out) == DP_ERR_SHAPE);
+  // Backward before any forward, or with the wrong shape.
+  CHECK(dp_group_backward(g, bad) == DP_ERR_INVALID_ARGUMENT);
+  // Bad options.
+  CHECK(dp_group_set_option(g, DP_GROUP_SPLIT, 7) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_group_set_option(g, static_cast<dp_group_option>(99), 1) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, 0) == DP_ERR_INVALID_ARGUMENT);
+  // Bad optimizer configs.
+  dp_optimizer* opt = reinterpret_cast<dp_optimizer*>(0x1);
+  CHECK(dp_optimizer_create(g, R"({"type": "rmsprop"})", &opt) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("known: adam, adamw, sgd") != std::string::npos);
+  CHECK(dp_optimizer_create(g, R"({"type": "sgd", "lr": -1})", &opt) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("/lr") != std::string::npos);
+  CHECK(dp_optimizer_create(g, R"({"type": "adam", "betas": [0.9]})", &opt) == DP_ERR_MODEL);
+  CHECK(dp_optimizer_create(g, R"({"type": "sgd", "nesterov": true})", &opt) == DP_ERR_MODEL);
+  CHECK(dp_optimizer_create(g, "{type: sgd}", &opt) == DP_ERR_JSON);
+  CHECK(opt == reinterpret_cast<dp_optimizer*>(0x1));
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
+
+  // Bad targets: wrong dtype, wrong length, class out of range.
+  dp_tensor* x = make_f32(f.ctx, std::vector<float>(12, 0.5f), {3, 4});
+  dp_tensor* ft = make_f32(f.ctx, {0, 1, 2}, {3});
+  CHECK(dp_group_train_step(g, opt, x, ft, nullptr) == DP_ERR_SHAPE);
+  CHECK(std::string(dp_last_error()).find("int64") != std::string::npos);
+  dp_tensor* short_t = make_i64(f.ctx, {0, 1}, {2});
+  CHECK(dp_group_train_step(g, opt, x, short_t, nullptr) == DP_ERR_SHAPE);
+  dp_tensor* far = make_i64(f.ctx, {0, 1, 7}, {3});
+  std::vector<float> before = params_of(m);
+  CHECK(dp_group_train_step(g, opt, x, far, nullptr) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("target 7") != std::string::npos);
+  CHECK(params_of(m) == before);
+
+  // NaN input: the loss is NaN, the step is refused, parameters unchanged.
+  std::vector<float> nan_x(12, 0.5f);
+  nan_x[5] = NAN;
+  dp_tensor* xn = make_f32(f.ctx, nan_x, {3, 4});
+  dp_tensor* t = make_i64(f.ctx, {0, 1, 2}, {3});
+  CHECK(dp_group_train_step(g, opt, xn, t, nullptr) == DP_ERR_NUMERIC);
+  CHECK(std::string(dp_last_error()).find("NaN") != std::string::npos);
+  CHECK(params_of(m) == before);
+
+  // After all of that, the group still trains.
+  float loss = -1;
+  DP_REQUIRE_OK(dp_group_train_step(g, opt, x, t, &loss));
+  CHECK(std::isfinite(loss));
+  CHECK(params_of(m) != before);
+
+  // Tensors: bad arguments.
+  dp_tensor* tt = reinterpret_cast<dp_tensor*>(0x1);
+  int64_t shape9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  float one = 1;
+  CHECK(dp_tensor_from_host(f.ctx, DP_F32, &one, 9, shape9, &tt) == DP_ERR_INVALID_ARGUMENT);
+  int64_t neg = -1;
+  CHECK(dp_tensor_from_host(f.ctx, DP_F32, &one, 1, &neg, &tt) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_tensor_from_host(f.ctx, static_cast<dp_dtype>(5), &one, 1, shape9, &tt) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(tt == reinterpret_cast<dp_tensor*>(0x1));
+  float small[2];
+  CHECK(dp_tensor_copy_to_host(x, small, sizeof small) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_tensor_copy_from_host(x, small, sizeof small) == DP_ERR_INVALID_ARGUMENT);
+  int64_t sizes[1];
+  int count = 0;
+  CHECK(dp_group_last_split(g, sizes, 1, &count) == DP_ERR_INVALID_ARGUMENT);
+
+  for (dp_tensor* d : {bad, ints, x, ft, short_t, far, xn, t}) dp_tensor_destroy(d);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+TEST_CASE("a model without a loss cannot train_step, but forward/backward work") {
+  Fixture f;
+  dp_model* m = f.model(R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": 2}]})");
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd"})", &opt));
+  dp_tensor* x = make_f32(f.ctx, {1, 2}, {1, 2});
+  dp_tensor* t = make_i64(f.ctx, {0}, {1});
+  CHECK(dp_group_train_step(g, opt, x, t, nullptr) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("no loss") != std::string::npos);
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(t);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}

@@ -1,0 +1,161 @@
+// N-device training gives the parameters of 1-device training: for every N,
+// batch size and split, with dropout, conv, pooling and a residual add, under
+// SGD with momentum and under Adam. Uses only the C ABI.
+#include <cmath>
+
+#include "api_util.h"
+
+namespace {
+
+const char* kConvModel = R"({
+  "seed": 3, "input": {"shape": [2, 8, 8]},
+  "layers": [
+    {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "name": "c1"},
+    {"type": "relu", "name": "r1"},
+    {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "name": "c2"},
+    {"type": "add", "inputs": ["c2", "r1"], "name": "res"},
+    {"type": "relu"},
+    {"type": "max_pool2d", "kernel_size": 2},
+    {"type": "dropout", "p": 0.25},
+    {"type": "flatten"},
+    {"type": "linear", "out_features": 5}
+  ],
+  "loss": {"type": "cross_entropy"}})";
+
+// Branches joined by concat, average pooling, grouped and strided conv, and
+// smooth activations; an MSE loss.
+const char* kBranchModel = R"({
+  "seed": 11, "input": {"shape": [4, 6, 6]},
+  "layers": [
+    {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "groups": 2, "name": "a"},
+    {"type": "tanh", "name": "ta"},
+    {"type": "conv2d", "out_channels": 2, "kernel_size": [3, 3], "stride": 2, "padding": 1, "dilation": 1, "inputs": ["input"], "name": "b"},
+    {"type": "gelu", "name": "gb"},
+    {"type": "avg_pool2d", "kernel_size": 2, "stride": 1, "inputs": ["ta"], "name": "pa"},
+    {"type": "global_avg_pool", "inputs": ["pa"], "name": "ga"},
+    {"type": "global_avg_pool", "inputs": ["gb"], "name": "gg"},
+    {"type": "concat", "inputs": ["ga", "gg"]},
+    {"type": "dropout", "p": 0.1},
+    {"type": "linear", "out_features": 3},
+    {"type": "sigmoid"}
+  ],
+  "loss": {"type": "mse"}})";
+
+struct Run {
+  std::vector<float> params;
+  std::vector<float> losses;
+  std::vector<int64_t> split;
+};
+
+Run train(const char* json, const std::string& devices, const char* opt_json, int64_t batch, int steps,
+          int split_mode = DP_SPLIT_CHUNK) {
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  dp_group* group = nullptr;
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_model_from_json(ctx, json, &model));
+  DP_REQUIRE_OK(dp_group_create(model, devices.c_str(), &group));
+  DP_REQUIRE_OK(dp_group_set_option(group, DP_GROUP_SPLIT, split_mode));
+  DP_REQUIRE_OK(dp_optimizer_create(group, opt_json, &opt));
+
+  int nd = 0;
+  int64_t in_shape[DP_MAX_DIMS];
+  DP_REQUIRE_OK(dp_model_input_shape(model, &nd, in_shape));
+  std::vector<int64_t> shape{batch};
+  int64_t per = 1;
+  for (int i = 0; i < nd; ++i) shape.push_back(in_shape[i]), per *= in_shape[i];
+  bool mse = std::string(json).find("\"mse\"") != std::string::npos;
+
+  Run run;
+  for (int step = 0; step < steps; ++step) {
+    TestRng rng(1000 + step);
+    std::vector<float> x(static_cast<size_t>(batch * per));
+    for (float& v : x) v = rng.uniform(-1, 1);
+    dp_tensor* input = make_f32(ctx, x, shape);
+    dp_tensor* target = nullptr;
+    if (mse) {
+      std::vector<float> t(static_cast<size_t>(batch * 3));
+      for (float& v : t) v = rng.uniform(0, 1);
+      target = make_f32(ctx, t, {batch, 3});
+    } else {
+      std::vector<int64_t> t(static_cast<size_t>(batch));
+      for (auto& v : t) v = rng.next() % 5;
+      target = make_i64(ctx, t, {batch});
+    }
+    float loss = 0;
+    DP_REQUIRE_OK(dp_group_train_step(group, opt, input, target, &loss));
+    run.losses.push_back(loss);
+    dp_tensor_destroy(input);
+    dp_tensor_destroy(target);
+  }
+  int64_t sizes[16];
+  int count = 0;
+  DP_REQUIRE_OK(dp_group_last_split(group, sizes, 16, &count));
+  run.split.assign(sizes, sizes + count);
+  run.params = params_of(model);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(group);
+  dp_model_destroy(model);
+  dp_context_destroy(ctx);
+  return run;
+}
+
+// Parameters agree within 1e-5 relative: element by element, against the
+// larger magnitude of the two, with a floor of 1e-2 for values near zero (a
+// split sums gradients in another order, so a bias that has drifted to 1e-4
+// differs in its last bits: 1e-8 absolute, not 1e-5 of itself).
+void require_close(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double scale = std::fmax(1e-2, std::fmax(std::fabs(a[i]), std::fabs(b[i])));
+    double rel = std::fabs(double(a[i]) - double(b[i])) / scale;
+    if (rel > worst) worst = rel, at = i;
+  }
+  INFO("worst relative difference " << worst << " at parameter " << at << ": " << a[at] << " vs " << b[at]);
+  CHECK(worst <= 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {
+  const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+  const char* adam = R"({"type": "adam", "lr": 0.01})";
+  for (const char* opt : {sgd, adam}) {
+    for (int64_t batch : {30, 10, 7}) {
+      Run one = train(kConvModel, "cpu:0", opt, batch, 20);
+      for (int n : {2, 3, 8}) {
+        CAPTURE(opt);
+        CAPTURE(batch);
+        CAPTURE(n);
+        Run many = train(kConvModel, cpu_devices(n), opt, batch, 20);
+        int64_t chunk = (batch + n - 1) / n;
+        CHECK(many.split.size() == static_cast<size_t>((batch + chunk - 1) / chunk));
+        require_close(one.params, many.params);
+        for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("N devices train exactly as one: branches, concat, grouped conv, MSE, balanced split") {
+  const char* sgd = R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4})";
+  const char* adamw = R"({"type": "adamw", "lr": 0.01, "weight_decay": 0.05})";
+  for (const char* opt : {sgd, adamw}) {
+    for (int64_t batch : {30, 7}) {
+      Run one = train(kBranchModel, "cpu:0", opt, batch, 20);
+      for (int n : {3, 8}) {
+        for (int mode : {DP_SPLIT_CHUNK, DP_SPLIT_BALANCED}) {
+          CAPTURE(opt);
+          CAPTURE(batch);
+          CAPTURE(n);
+          CAPTURE(mode);
+          Run many = train(kBranchModel, cpu_devices(n), opt, batch, 20, mode);
+          require_close(one.params, many.params);
+        }
+      }
+    }
+  }
+}

@@ -332,8 +332,7 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
 dp_status dp_optimizer_step(dp_optimizer* opt) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt, "opt is NULL");
-  dp::Model& m = opt->group->group->model();
-  opt->opt->step(m.params.data(), m.grads.data(), static_cast<int64_t>(m.params.size()), nullptr);
+  opt->group->group->optimizer_step(*opt->opt);
   DP_GUARD_END
 }
 

@@ -140,22 +140,31 @@ void Group::backward(const Tensor& grad_output) {
     fail(DP_ERR_SHAPE, std::string("grad_output is ") + dtype_name(grad_output.dtype()) + " " + grad_output.shape().str() +
                            "; the last forward's output is float32 " + last_output_shape_.str());
   run(Job::kBackward, training_, grad_output, nullptr, &grad_output);
-  reduce_grads();
+  reduce_grads(nullptr);
 }
 
 void Group::zero_grad() { std::fill(model_.grads.begin(), model_.grads.end(), 0.0f); }
 
+static void add_into(float* __restrict dst, const float* __restrict src, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) dst[i] += src[i];
+}
+
 // model.grads[i] += sum over replicas, in device order: the same sum whatever
-// thread computes which range.
-void Group::reduce_grads() {
+// thread computes which range. With an optimizer, each range is updated right
+// after it is reduced, while it is still in cache.
+void Group::reduce_grads(Optimizer* opt) {
   const int n = static_cast<int>(split_.size());
   float* dst = model_.grads.data();
-  parallel_for(workers_.get(), static_cast<int64_t>(model_.grads.size()), 1 << 14, [&](int64_t b, int64_t e) {
-    for (int r = 0; r < n; ++r) {
-      const float* src = replicas_[r]->grads();
-      for (int64_t i = b; i < e; ++i) dst[i] += src[i];
-    }
+  float* params = model_.params.data();
+  if (opt) opt->begin_step();
+  parallel_for(workers_.get(), static_cast<int64_t>(model_.grads.size()), Optimizer::kGrain, [&](int64_t b, int64_t e) {
+    for (int r = 0; r < n; ++r) add_into(dst, replicas_[r]->grads(), b, e);
+    if (opt) opt->update(params, dst, b, e);
   });
+}
+
+void Group::optimizer_step(Optimizer& opt) {
+  opt.step(model_.params.data(), model_.grads.data(), static_cast<int64_t>(model_.params.size()), workers_.get());
 }
 
 void Group::merge_stats() {
@@ -180,8 +189,7 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
   if (training_) merge_stats();
-  reduce_grads();
-  opt.step(model_.params.data(), model_.grads.data(), static_cast<int64_t>(model_.params.size()), workers_.get());
+  reduce_grads(&opt);
   return loss;
 }
 

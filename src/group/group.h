@@ -31,6 +31,8 @@ class Group {
   // Adds the gradients of the last forward's graph into model().grads.
   void backward(const Tensor& grad_output);
   void zero_grad();
+  // One optimizer step on the model's gradients, split over the device threads.
+  void optimizer_step(Optimizer& opt);
   // zero_grad, forward, loss over the whole batch, backward, step.
   double train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
   // The loss in evaluation mode (no dropout, running statistics); nothing changes.
@@ -42,7 +44,7 @@ class Group {
   void check_target(const Tensor& target, int64_t batch) const;
   void run(Job job, bool training, const Tensor& input, const Tensor* target, const Tensor* grad_output);
   static void run_one(void* self, int device);
-  void reduce_grads();
+  void reduce_grads(Optimizer* opt);
   void merge_stats();
 
   Model& model_;

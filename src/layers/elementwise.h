@@ -5,6 +5,18 @@
 
 namespace dp {
 
+// The loops take __restrict pointers as parameters (a lambda's captures would
+// lose it), so they vectorise: a blend, not a mispredicted branch per element.
+template <class Op>
+void apply_f(const Op& op, const float* __restrict x, float* __restrict y, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) y[i] = op.f(x[i]);
+}
+template <class Op>
+void apply_df(const Op& op, const float* __restrict x, const float* __restrict y, const float* __restrict g,
+              float* __restrict gx, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) gx[i] = g[i] * op.df(x[i], y[i]);
+}
+
 template <class Op>
 class Elementwise final : public Layer {
  public:
@@ -17,9 +29,7 @@ class Elementwise final : public Layer {
     io.out->resize(DP_F32, x.shape());
     const float* xs = x.f32();
     float* ys = io.out->f32();
-    parallel_for(ctx.pool, x.numel(), kElemGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) ys[i] = op.f(xs[i]);
-    });
+    parallel_for(ctx.pool, x.numel(), kElemGrain, [&](int64_t b, int64_t e) { apply_f(op, xs, ys, b, e); });
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) const override {
@@ -30,9 +40,7 @@ class Elementwise final : public Layer {
     const float* ys = io.out->f32();
     const float* g = io.gout->f32();
     float* gx = io.gin[0]->f32();
-    parallel_for(ctx.pool, x.numel(), kElemGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) gx[i] = g[i] * op.df(xs[i], ys[i]);
-    });
+    parallel_for(ctx.pool, x.numel(), kElemGrain, [&](int64_t b, int64_t e) { apply_df(op, xs, ys, g, gx, b, e); });
   }
 };
 

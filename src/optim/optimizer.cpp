@@ -10,10 +10,16 @@ namespace dp {
 
 using nlohmann::json;
 
+void Optimizer::step(float* params, const float* grads, int64_t n, Workers* pool) {
+  begin_step();
+  parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) { update(params, grads, b, e); });
+}
+
 namespace {
 
-const int64_t kGrain = 1 << 14;
-
+// torch.optim.SGD: d = g + wd*p; with momentum, buf = d on the first step,
+// else momentum*buf + (1-dampening)*d, and d = nesterov ? d + momentum*buf : buf;
+// p -= lr*d. One branch-free loop per case, so each vectorises.
 class Sgd : public Optimizer {
  public:
   Sgd(Args& a, int64_t n) {
@@ -26,24 +32,30 @@ class Sgd : public Optimizer {
       fail(DP_ERR_MODEL, a.path_of("nesterov") + ": Nesterov momentum requires a momentum > 0 and zero dampening");
     if (momentum_ > 0) buf_.assign(n, 0.0f);
   }
-  void step(float* p, const float* g, int64_t n, Workers* pool) override {
-    // PyTorch: d = g + wd*p; buf = d on the first step, else
-    // momentum*buf + (1-dampening)*d; d = nesterov ? d + momentum*buf : buf.
+
+  void update(float* __restrict p, const float* __restrict g, int64_t b, int64_t e) override {
     const float lr_f = float(lr), wd = float(weight_decay_), mom = float(momentum_), damp = float(1 - dampening_);
-    const bool first = steps == 0, nesterov = nesterov_;
-    float* buf = buf_.data();
-    parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) {
+    float* __restrict buf = buf_.data();
+    if (mom == 0) {
+      for (int64_t i = b; i < e; ++i) p[i] -= lr_f * (g[i] + wd * p[i]);
+    } else if (steps == 1) {
       for (int64_t i = b; i < e; ++i) {
-        float d = g[i];
-        if (wd != 0) d += wd * p[i];
-        if (mom != 0) {
-          buf[i] = first ? d : mom * buf[i] + damp * d;
-          d = nesterov ? d + mom * buf[i] : buf[i];
-        }
-        p[i] -= lr_f * d;
+        float d = g[i] + wd * p[i];
+        buf[i] = d;
+        p[i] -= lr_f * (nesterov_ ? d + mom * d : d);
       }
-    });
-    ++steps;
+    } else if (nesterov_) {
+      for (int64_t i = b; i < e; ++i) {
+        float d = g[i] + wd * p[i];
+        buf[i] = mom * buf[i] + damp * d;
+        p[i] -= lr_f * (d + mom * buf[i]);
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        buf[i] = mom * buf[i] + damp * (g[i] + wd * p[i]);
+        p[i] -= lr_f * buf[i];
+      }
+    }
   }
 
  private:
@@ -52,6 +64,9 @@ class Sgd : public Optimizer {
   std::vector<float> buf_;
 };
 
+// torch.optim.Adam / AdamW (amsgrad off): Adam adds wd*p to the gradient,
+// AdamW decays p by lr*wd first; then m, v, and
+// p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
 class Adam : public Optimizer {
  public:
   Adam(Args& a, int64_t n, bool decoupled) : decoupled_(decoupled) {
@@ -65,31 +80,33 @@ class Adam : public Optimizer {
     m_.assign(n, 0.0f);
     v_.assign(n, 0.0f);
   }
-  void step(float* p, const float* g, int64_t n, Workers* pool) override {
+
+  void begin_step() override {
     ++steps;
-    const double bc1 = 1 - std::pow(beta1_, double(steps)), bc2 = 1 - std::pow(beta2_, double(steps));
-    const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2));
-    const float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_), wd = float(weight_decay_);
-    const float decay = float(1 - lr * weight_decay_);
-    const bool decoupled = decoupled_;
-    float *m = m_.data(), *v = v_.data();
-    parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float gi = g[i];
-        if (decoupled)
-          p[i] *= decay;
-        else if (wd != 0)
-          gi += wd * p[i];
-        m[i] = b1 * m[i] + (1 - b1) * gi;
-        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-        p[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-      }
-    });
+    step_size_ = float(lr / (1 - std::pow(beta1_, double(steps))));
+    bc2_sqrt_ = float(std::sqrt(1 - std::pow(beta2_, double(steps))));
+  }
+
+  void update(float* __restrict p, const float* __restrict g, int64_t b, int64_t e) override {
+    const float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_);
+    const float wd = decoupled_ ? 0.f : float(weight_decay_);
+    const float decay = decoupled_ ? float(1 - lr * weight_decay_) : 1.f;
+    const float step_size = step_size_, bc2_sqrt = bc2_sqrt_;
+    float* __restrict m = m_.data();
+    float* __restrict v = v_.data();
+    for (int64_t i = b; i < e; ++i) {
+      float pi = p[i] * decay;
+      float gi = g[i] + wd * pi;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      p[i] = pi - step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+    }
   }
 
  private:
   bool decoupled_;
   double beta1_, beta2_, eps_, weight_decay_;
+  float step_size_ = 0, bc2_sqrt_ = 1;
   std::vector<float> m_, v_;
 };
 

@@ -1,7 +1,9 @@
 // Optimizers over the model's flat parameter array, with PyTorch's update
 // formulas (torch.optim.SGD, Adam, AdamW; no amsgrad, no maximize). State is
-// sized at creation, so a step allocates nothing; the update is split over
-// the group's device workers (elementwise, so the split changes no result).
+// sized at creation, so a step allocates nothing. An update is elementwise:
+// begin_step() once, then update() over disjoint ranges from any threads, so
+// the group can fuse it with the gradient reduction range by range (the data
+// is still in cache) and no split of the ranges changes the result.
 #pragma once
 #include <memory>
 #include <string>
@@ -16,7 +18,15 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // {"type": "sgd" | "adam" | "adamw", ...}; throws DP_ERR_JSON / DP_ERR_MODEL with the JSON path.
   static std::unique_ptr<Optimizer> from_json(const std::string& text, int64_t num_params);
-  virtual void step(float* params, const float* grads, int64_t n, Workers* pool) = 0;
+
+  // Counts the step and computes what is shared by all elements (bias corrections).
+  virtual void begin_step() { ++steps; }
+  // Updates params[b, e) from grads[b, e). Thread-safe for disjoint ranges.
+  virtual void update(float* params, const float* grads, int64_t b, int64_t e) = 0;
+  // A whole step over n parameters, split over pool.
+  void step(float* params, const float* grads, int64_t n, Workers* pool);
+
+  static const int64_t kGrain = 1 << 14;  // elements per range: stays in L2
   double lr = 0;
   int64_t steps = 0;
 };

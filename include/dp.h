@@ -104,6 +104,8 @@ DP_API dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void
 /* Overwrites the tensor's contents (bytes must equal its size): lets a
  * training loop reuse one input tensor without allocating per step. */
 DP_API dp_status dp_tensor_copy_from_host(dp_tensor* t, const void* src, size_t bytes);
+/* A new zero-filled tensor (a buffer for dp_loader_next, say). */
+DP_API dp_status dp_tensor_create(dp_context* ctx, dp_dtype dtype, int ndim, const int64_t* shape, dp_tensor** out);
 DP_API dp_status dp_tensor_shape(const dp_tensor* t, int* ndim, int64_t shape[DP_MAX_DIMS]);
 DP_API dp_status dp_tensor_dtype(const dp_tensor* t, dp_dtype* dtype);
 /* Copies the contents out; bytes must be at least the tensor's size. */

@@ -37,6 +37,21 @@ static void copy_shape(const dp::Shape& s, int* ndim, int64_t shape[DP_MAX_DIMS]
   for (int i = 0; i < s.ndim; ++i) shape[i] = s[i];
 }
 
+// Checks a (dtype, ndim, shape) triple from the caller.
+static dp::Shape tensor_shape_arg(const char* fn, dp_dtype dtype, int ndim, const int64_t* shape) {
+  std::string f = fn;
+  if (dtype != DP_F32 && dtype != DP_I64) fail(DP_ERR_INVALID_ARGUMENT, f + ": dtype must be DP_F32 or DP_I64");
+  if (ndim < 0 || ndim > DP_MAX_DIMS)
+    fail(DP_ERR_INVALID_ARGUMENT, f + ": ndim must be in [0, " + std::to_string(DP_MAX_DIMS) + "], got " + std::to_string(ndim));
+  if (ndim > 0 && !shape) fail(DP_ERR_INVALID_ARGUMENT, f + ": shape is NULL");
+  dp::Shape s;
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] < 0) fail(DP_ERR_INVALID_ARGUMENT, f + ": shape[" + std::to_string(i) + "] is negative");
+    s.push(shape[i]);
+  }
+  return s;
+}
+
 extern "C" {
 
 const char* dp_last_error(void) { return dp::g_last_error.c_str(); }
@@ -184,18 +199,22 @@ dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data,
                               dp_tensor** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
-  DP_CHECK_ARG(dtype == DP_F32 || dtype == DP_I64, "dtype must be DP_F32 or DP_I64");
-  DP_CHECK_ARG(ndim >= 0 && ndim <= DP_MAX_DIMS, "ndim must be in [0, " + std::to_string(DP_MAX_DIMS) + "], got " + std::to_string(ndim));
-  DP_CHECK_ARG(ndim == 0 || shape, "shape is NULL");
-  dp::Shape s;
-  for (int i = 0; i < ndim; ++i) {
-    if (shape[i] < 0) fail(DP_ERR_INVALID_ARGUMENT, "dp_tensor_from_host: shape[" + std::to_string(i) + "] is negative");
-    s.push(shape[i]);
-  }
+  dp::Shape s = tensor_shape_arg("dp_tensor_from_host", dtype, ndim, shape);
   DP_CHECK_ARG(data || s.numel() == 0, "data is NULL");
   auto t = std::make_unique<dp_tensor>();
   t->t.resize(dtype, s);
   if (t->t.bytes()) std::memcpy(t->t.data(), data, t->t.bytes());
+  *out = t.release();
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_create(dp_context* ctx, dp_dtype dtype, int ndim, const int64_t* shape, dp_tensor** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
+  dp::Shape s = tensor_shape_arg("dp_tensor_create", dtype, ndim, shape);
+  auto t = std::make_unique<dp_tensor>();
+  t->t.resize(dtype, s);
+  t->t.zero();
   *out = t.release();
   DP_GUARD_END
 }

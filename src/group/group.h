@@ -25,6 +25,9 @@ class Group {
   void set_split(SplitMode mode) { mode_ = mode; }
   void set_threads_per_device(int threads);
   void set_training(bool training) { training_ = training; }
+  // Training forward passes so far: keys dropout masks, so a checkpoint holds it.
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
 
   // output: resized to [B, ...] and filled with the gathered outputs.
   void forward(const Tensor& input, Tensor& output);

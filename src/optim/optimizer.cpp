@@ -58,6 +58,12 @@ class Sgd : public Optimizer {
     }
   }
 
+  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
+    if (buf_.empty()) return {};
+    return {{"momentum_buffer", &buf_}};
+  }
+  std::string type() const override { return "sgd"; }
+
  private:
   double momentum_, dampening_, weight_decay_;
   bool nesterov_;
@@ -102,6 +108,11 @@ class Adam : public Optimizer {
       p[i] = pi - step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     }
   }
+
+  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
+    return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+  }
+  std::string type() const override { return decoupled_ ? "adamw" : "adam"; }
 
  private:
   bool decoupled_;

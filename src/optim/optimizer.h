@@ -26,6 +26,12 @@ class Optimizer {
   // A whole step over n parameters, split over pool.
   void step(float* params, const float* grads, int64_t n, Workers* pool);
 
+  // The state a checkpoint must hold, by name, in PyTorch's state_dict terms:
+  // sgd "momentum_buffer" (with momentum), adam/adamw "exp_avg", "exp_avg_sq";
+  // plus `steps` below. Each vector has one float per parameter.
+  virtual std::vector<std::pair<std::string, std::vector<float>*>> state() { return {}; }
+  virtual std::string type() const = 0;
+
   static const int64_t kGrain = 1 << 14;  // elements per range: stays in L2
   double lr = 0;
   int64_t steps = 0;

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libopenblas-dev
+packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libopenblas-dev
           zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do

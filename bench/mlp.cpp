@@ -16,24 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "alloc_counter.h"
 #include "dp.h"
 
-static std::atomic<long> g_allocs{0};
-void* operator new(std::size_t n) {
-  ++g_allocs;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  ++g_allocs;
-  std::size_t al = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 static void ok(dp_status s, const char* what) {
   if (s != DP_OK) {
@@ -74,9 +59,9 @@ int main(int argc, char** argv) {
   ok(dp_tensor_from_host(ctx, DP_F32, x.data(), 2, xs, &input), "input");
   ok(dp_tensor_from_host(ctx, DP_I64, y.data(), 1, ys, &target), "target");
 
-  std::vector<Config> configs = {{"1 device, 1 thread", "cpu:0", 1},
-                                 {"2 devices, 1 thread each", "cpu:0,cpu:1", 1},
-                                 {"1 device, 2 threads", "cpu:0", 2}};
+  std::vector<Config> configs = {{"1 device, 1 thread", "cpu:0", 1, nullptr, nullptr, nullptr, {}, 0},
+                                 {"2 devices, 1 thread each", "cpu:0,cpu:1", 1, nullptr, nullptr, nullptr, {}, 0},
+                                 {"1 device, 2 threads", "cpu:0", 2, nullptr, nullptr, nullptr, {}, 0}};
   for (Config& c : configs) {
     ok(dp_model_from_json(ctx, json, &c.model), "model");
     ok(dp_group_create(c.model, c.devices, &c.group), "group");
@@ -88,11 +73,11 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (Config& c : configs) {
       float loss;
-      long before = g_allocs.load();
+      long before = dp::test::allocations();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < steps; ++i) ok(dp_group_train_step(c.group, c.opt, input, target, &loss), "step");
       double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      c.allocs += g_allocs.load() - before;
+      c.allocs += dp::test::allocations() - before;
       c.rates.push_back(batch * steps / sec);
     }
   }

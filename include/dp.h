@@ -60,6 +60,8 @@ typedef struct dp_model dp_model;
 typedef struct dp_tensor dp_tensor;
 typedef struct dp_group dp_group;
 typedef struct dp_optimizer dp_optimizer;
+typedef struct dp_dataset dp_dataset;
+typedef struct dp_loader dp_loader;
 
 /* The message of the last failed call on this thread; "" if none. Owned by
  * dp, valid until the next dp call on this thread. Never NULL. */
@@ -96,6 +98,8 @@ DP_API dp_status dp_model_num_buffers(const dp_model* m, int64_t* count);
 DP_API dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count);
 /* The per-sample input shape from the model's "input". */
 DP_API dp_status dp_model_input_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]);
+/* The per-sample output shape (of the last layer). */
+DP_API dp_status dp_model_output_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]);
 
 /* ---- Tensors: dense, row-major, on the host. ---- */
 /* A new tensor holding a copy of data (numel * element size bytes). */
@@ -150,6 +154,8 @@ DP_API dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capa
  * {"type": "adam" | "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0} */
 DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out);
 DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
+/* The learning rate, read and set (a schedule sets it before each step). */
+DP_API dp_status dp_optimizer_lr(const dp_optimizer* opt, double* lr);
 DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
 DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
@@ -165,6 +171,92 @@ DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_te
  * (cross_entropy only; 0 otherwise). */
 DP_API dp_status dp_group_evaluate(dp_group* g, const dp_tensor* input, const dp_tensor* target, float* loss,
                                    int64_t* correct);
+
+/* ---- Datasets: samples of a float32 input of fixed shape and a target. ----
+ * The target is an int64 class index (shape []) or float32 values of a fixed
+ * shape. A dataset is read by a loader's worker threads at once: its
+ * functions, callbacks included, must be safe to call concurrently. */
+
+/* IDX files (MNIST, Fashion-MNIST), gzip-compressed or not: images [1, H, W]
+ * with pixels scaled to [0, 1], int64 labels. Errors name the file and offset. */
+DP_API dp_status dp_dataset_from_idx(dp_context* ctx, const char* images_path, const char* labels_path,
+                                     dp_dataset** out);
+/* CIFAR-10 binary batches (data_batch_1.bin ...): images [3, 32, 32] in [0, 1]. */
+DP_API dp_status dp_dataset_from_cifar10(dp_context* ctx, const char* const* paths, int count, dp_dataset** out);
+/* count samples from memory: inputs count * prod(sample_shape) floats; targets
+ * count int64 (target_ndim 0) or count * prod(target_shape) floats. With
+ * borrow = 1 dp reads the caller's arrays, which must outlive the dataset;
+ * with borrow = 0 it copies them. */
+DP_API dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, int ndim, const int64_t* sample_shape,
+                                        int64_t count, dp_dtype target_dtype, const void* targets, int target_ndim,
+                                        const int64_t* target_shape, int borrow, dp_dataset** out);
+/* A dataset of the caller's: get_item fills one sample (input: prod(sample
+ * shape) floats; target: one int64 or prod(target shape) floats) and returns
+ * 0, or non-zero with a message in error (error_capacity bytes) to fail the
+ * batch. Called from loader threads, concurrently. release (may be NULL) runs
+ * when the dataset is destroyed. The struct is versioned by struct_size. */
+typedef struct dp_dataset_callbacks {
+  size_t struct_size; /* sizeof(dp_dataset_callbacks) */
+  void* user;
+  int64_t length;
+  int (*get_item)(void* user, int64_t index, float* input, void* target, char* error, size_t error_capacity);
+  void (*release)(void* user);
+} dp_dataset_callbacks;
+DP_API dp_status dp_dataset_from_callbacks(dp_context* ctx, const dp_dataset_callbacks* callbacks, int ndim,
+                                           const int64_t* sample_shape, dp_dtype target_dtype, int target_ndim,
+                                           const int64_t* target_shape, dp_dataset** out);
+DP_API dp_status dp_dataset_length(const dp_dataset* ds, int64_t* count);
+DP_API dp_status dp_dataset_sample_shape(const dp_dataset* ds, int* ndim, int64_t shape[DP_MAX_DIMS]);
+/* Transforms applied as samples are read, in this order (JSON; all optional):
+ * {"random_crop": {"size": 32, "padding": 4}, "horizontal_flip": 0.5,
+ *  "normalize": {"mean": [0.2860], "std": [0.3530]}}
+ * Random choices are a pure function of (loader seed, epoch, sample index). */
+DP_API dp_status dp_dataset_set_transform(dp_dataset* ds, const char* json);
+DP_API void dp_dataset_destroy(dp_dataset* ds);
+
+/* ---- Loaders: shuffled batches assembled ahead by worker threads. ----
+ * {"batch_size": 64, "shuffle": true, "drop_last": false, "num_workers": 2,
+ *  "prefetch": 2, "seed": 0}
+ * The order of an epoch is a pure function of (seed, epoch). The dataset must
+ * outlive the loader. */
+DP_API dp_status dp_loader_create(dp_dataset* ds, const char* json_config, dp_loader** out);
+DP_API void dp_loader_destroy(dp_loader* loader);
+/* Batches per epoch. */
+DP_API dp_status dp_loader_num_batches(const dp_loader* loader, int64_t* count);
+/* The next batch of the current epoch into input and target (caller-owned
+ * tensors, reshaped to [rows, ...]; no allocation once they are large
+ * enough). *rows is 0 at the end of an epoch; the next call starts the next
+ * epoch. */
+DP_API dp_status dp_loader_next(dp_loader* loader, dp_tensor* input, dp_tensor* target, int64_t* rows);
+/* Where the loader stands: the epoch and the index of the next batch. */
+DP_API dp_status dp_loader_position(const dp_loader* loader, int64_t* epoch, int64_t* batch);
+/* Continues from a position (a checkpoint's). */
+DP_API dp_status dp_loader_seek(dp_loader* loader, int64_t epoch, int64_t batch);
+
+/* ---- Weights and checkpoints: safetensors files. ---- */
+/* Parameters and buffers by name ("0.weight", "bn.running_mean"), as
+ * PyTorch's state_dict() names them for the same architecture; a file written
+ * by safetensors.torch.save_file(model.state_dict(), path) loads. Every
+ * parameter must be present with its shape (float32); num_batches_tracked is
+ * ignored. On failure the model is unchanged. */
+DP_API dp_status dp_model_load_safetensors(dp_model* m, const char* path);
+DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
+/* A training checkpoint: parameters, buffers, the optimizer's state (opt may
+ * be NULL), the loader's position (loader may be NULL), the group's step, and
+ * in __metadata__ the model JSON and user_metadata_json (a JSON object, may be
+ * NULL). Written to a temporary file, fsynced and renamed: a crash never
+ * leaves a half-written checkpoint. */
+DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optimizer* opt,
+                                    const dp_loader* loader, const char* user_metadata_json);
+/* Restores what dp_checkpoint_save wrote into an identical model's group,
+ * optimizer (may be NULL) and loader (may be NULL). A truncated, corrupted or
+ * mismatched file is rejected with a clear error and changes nothing. */
+DP_API dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, dp_loader* loader);
+/* The checkpoint's __metadata__ as one JSON object (values are strings, as
+ * the format requires). *json is owned by the caller: free it with dp_free. */
+DP_API dp_status dp_checkpoint_metadata(const char* path, char** json);
+/* Frees memory that dp handed to the caller (dp_checkpoint_metadata). NULL is fine. */
+DP_API void dp_free(void* p);
 
 #ifdef __cplusplus
 }

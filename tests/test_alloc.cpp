@@ -5,24 +5,8 @@
 #include <new>
 
 #include "api_util.h"
+#include "alloc_counter.h"
 
-static std::atomic<long> g_allocs{0};
-
-void* operator new(std::size_t n) {
-  ++g_allocs;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  ++g_allocs;
-  std::size_t al = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 TEST_CASE("no allocation per training step after the first") {
   const char* json = R"({"seed": 1, "input": {"shape": [1, 12, 12]},
@@ -49,12 +33,12 @@ TEST_CASE("no allocation per training step after the first") {
       dp_tensor* y = make_i64(ctx, labels, {16});
       float loss = 0;
       DP_REQUIRE_OK(dp_group_train_step(g, opt, x, y, &loss));
-      long before = g_allocs.load();
+      long before = dp::test::allocations();
       for (int s = 0; s < 5; ++s) {
         dp_status st = dp_group_train_step(g, opt, x, y, &loss);
         REQUIRE(st == DP_OK);
       }
-      long during = g_allocs.load() - before;
+      long during = dp::test::allocations() - before;
       CAPTURE(devices);
       CHECK(during == 0);
       dp_tensor_destroy(x);

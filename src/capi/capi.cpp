@@ -193,6 +193,13 @@ dp_status dp_model_input_shape(const dp_model* m, int* ndim, int64_t shape[DP_MA
   DP_GUARD_END
 }
 
+dp_status dp_model_output_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && ndim && shape, "m, ndim and shape must not be NULL");
+  copy_shape(m->model->output_shape(), ndim, shape);
+  DP_GUARD_END
+}
+
 /* ---- tensors ---- */
 
 dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data, int ndim, const int64_t* shape,
@@ -352,6 +359,13 @@ dp_status dp_optimizer_step(dp_optimizer* opt) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt, "opt is NULL");
   opt->group->group->optimizer_step(*opt->opt);
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_lr(const dp_optimizer* opt, double* lr) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && lr, "opt and lr must not be NULL");
+  *lr = opt->opt->lr;
   DP_GUARD_END
 }
 

@@ -9,13 +9,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "alloc_counter.h"
 #include "gradcheck.h"
 #include "layers/registry.h"
 
 namespace dp {
 namespace test {
-
-long allocations();  // heap allocations so far, all threads
 
 inline const Registry& registry() {
   static Registry r;

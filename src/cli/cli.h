@@ -1,0 +1,70 @@
+// The `dp` command line, built on the C ABI only (as any other program
+// embedding dp would be): train, eval, bench, devices.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dp.h"
+
+namespace dpcli {
+
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
+enum Exit { kOk = 0, kRuntime = 1, kUsage = 2 };
+
+// A failed dp call or bad input, with the exit code it maps to.
+struct Failure : std::runtime_error {
+  int code;
+  Failure(int c, const std::string& m) : std::runtime_error(m), code(c) {}
+};
+
+// Throws Failure for a non-OK status: bad input (JSON, model, shape, files,
+// arguments, devices) exits 2, the rest 1.
+void check(dp_status s, const std::string& what);
+
+template <class T, void (*Destroy)(T*)>
+struct Deleter {
+  void operator()(T* p) const { Destroy(p); }
+};
+using Context = std::unique_ptr<dp_context, Deleter<dp_context, dp_context_destroy>>;
+using Model = std::unique_ptr<dp_model, Deleter<dp_model, dp_model_destroy>>;
+using Group = std::unique_ptr<dp_group, Deleter<dp_group, dp_group_destroy>>;
+using Optimizer = std::unique_ptr<dp_optimizer, Deleter<dp_optimizer, dp_optimizer_destroy>>;
+using Tensor = std::unique_ptr<dp_tensor, Deleter<dp_tensor, dp_tensor_destroy>>;
+using Dataset = std::unique_ptr<dp_dataset, Deleter<dp_dataset, dp_dataset_destroy>>;
+using Loader = std::unique_ptr<dp_loader, Deleter<dp_loader, dp_loader_destroy>>;
+
+// --data: a training and a test set.
+struct Data {
+  std::string name;
+  Dataset train, test;
+};
+// "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic:N".
+Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed);
+
+// "auto" (one CPU device per core) or a list as dp_group_create takes it.
+std::string resolve_devices(const std::string& spec);
+
+// Progress on stderr: redrawn in place at most ten times a second on a
+// terminal, a plain line every few seconds otherwise.
+class Progress {
+ public:
+  Progress();
+  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double samples_per_second,
+            double eta_seconds);
+  void line(const std::string& text);  // a finished line (epoch summary)
+
+ private:
+  bool tty_;
+  double last_ = -1;
+  bool dirty_ = false;
+};
+
+double now_seconds();
+
+// Loss and accuracy curves as one SVG file.
+void write_svg(const std::string& path, const std::vector<double>& losses, const std::vector<double>& accuracies);
+
+}  // namespace dpcli

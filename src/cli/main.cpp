@@ -1,0 +1,328 @@
+// dp — train, evaluate and benchmark JSON models on all local devices.
+//
+//   dp train MODEL.json --data fashion-mnist --devices auto --epochs 5
+//   dp eval MODEL.json CKPT --data fashion-mnist
+//   dp bench MODEL.json --devices cpu:0,cpu:1 --batch-size 256 --steps 50
+//   dp devices
+//
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input (the
+// reason on stderr), 130 stopped by Ctrl-C (after the current step, with a
+// checkpoint when --save is given).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "cli.h"
+
+namespace dpcli {
+
+struct TrainOptions {
+  std::string model, data = "fashion-mnist", devices = "auto", optimizer = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+  std::string save, resume, log, plot, lr_schedule = "constant";
+  int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1;
+};
+
+static volatile std::sig_atomic_t g_stop = 0;
+static void on_sigint(int) { g_stop = 1; }
+
+static Model load_model(dp_context* ctx, const std::string& path) {
+  dp_model* m = nullptr;
+  check(dp_model_from_file(ctx, path.c_str(), &m), "model");
+  return Model(m);
+}
+
+static Group make_group(dp_model* m, const std::string& devices, int64_t threads) {
+  dp_group* g = nullptr;
+  check(dp_group_create(m, resolve_devices(devices).c_str(), &g), "--devices");
+  Group group(g);
+  check(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, threads), "--threads");
+  return group;
+}
+
+static Loader make_loader(dp_dataset* ds, int64_t batch, bool shuffle, int64_t workers, int64_t seed) {
+  std::string cfg = "{\"batch_size\": " + std::to_string(batch) + ", \"shuffle\": " + (shuffle ? "true" : "false") +
+                    ", \"num_workers\": " + std::to_string(workers) + ", \"seed\": " + std::to_string(seed) + "}";
+  dp_loader* l = nullptr;
+  check(dp_loader_create(ds, cfg.c_str(), &l), "loader");
+  return Loader(l);
+}
+
+static Tensor empty_tensor(dp_context* ctx, dp_dtype dtype) {
+  dp_tensor* t = nullptr;
+  int64_t shape[1] = {0};
+  check(dp_tensor_create(ctx, dtype, 1, shape, &t), "tensor");
+  return Tensor(t);
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+// Mean loss and accuracy over a whole dataset, in evaluation mode.
+static EvalResult evaluate(dp_context* ctx, dp_group* g, dp_loader* loader) {
+  check(dp_group_set_training(g, 0), "eval");
+  Tensor x = empty_tensor(ctx, DP_F32), y = empty_tensor(ctx, DP_I64);
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0, rows = 0;
+  for (;;) {
+    check(dp_loader_next(loader, x.get(), y.get(), &rows), "test data");
+    if (rows == 0) break;
+    float loss = 0;
+    int64_t hits = 0;
+    check(dp_group_evaluate(g, x.get(), y.get(), &loss, &hits), "evaluate");
+    loss_sum += double(loss) * rows;
+    correct += hits;
+    seen += rows;
+  }
+  check(dp_group_set_training(g, 1), "train");
+  EvalResult r;
+  if (seen) r.loss = loss_sum / seen, r.accuracy = double(correct) / seen;
+  return r;
+}
+
+static std::string json_num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+static int train(const TrainOptions& o) {
+  dp_context* c = nullptr;
+  check(dp_context_create(&c), "context");
+  Context ctx(c);
+  Model model = load_model(c, o.model);
+  Data data = open_data(c, o.data, model.get(), static_cast<uint64_t>(o.seed));
+  std::string devices = resolve_devices(o.devices);
+  Group group = make_group(model.get(), devices, o.threads);
+  dp_optimizer* op = nullptr;
+  check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
+  Optimizer opt(op);
+  Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed);
+  Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed);
+  if (!o.resume.empty()) check(dp_checkpoint_load(o.resume.c_str(), group.get(), opt.get(), train_loader.get()), "--resume");
+  std::ofstream log;
+  if (!o.log.empty()) {
+    log.open(o.log, std::ios::app);
+    if (!log) throw Failure(kUsage, "--log: cannot write " + o.log);
+  }
+  int ndev = 0;
+  check(dp_group_num_devices(group.get(), &ndev), "devices");
+  int64_t batches = 0, epoch = 0, batch = 0;
+  check(dp_loader_num_batches(train_loader.get(), &batches), "loader");
+  check(dp_loader_position(train_loader.get(), &epoch, &batch), "loader");
+  if (batch >= batches) {  // saved at the end of an epoch: continue with the next one
+    ++epoch;
+    batch = 0;
+    check(dp_loader_seek(train_loader.get(), epoch, batch), "loader");
+  }
+  std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s), batch %lld, %lld batches per epoch\n",
+               o.model.c_str(), data.name.c_str(), ndev, devices.c_str(), (long long)o.batch_size, (long long)batches);
+
+  auto save = [&] {
+    if (o.save.empty()) return;
+    std::string meta = "{\"data\": \"" + o.data + "\", \"seed\": " + std::to_string(o.seed) + "}";
+    check(dp_checkpoint_save(o.save.c_str(), group.get(), opt.get(), train_loader.get(), meta.c_str()), "--save");
+  };
+
+  // --lr-schedule cosine: torch's CosineAnnealingLR over all steps (eta_min 0),
+  // a function of the position alone, so a resumed run follows the same curve.
+  double base_lr = 0;
+  check(dp_optimizer_lr(opt.get(), &base_lr), "optimizer");
+  const double total_steps = double(o.epochs * batches);
+  auto schedule = [&](int64_t at_epoch, int64_t at_batch) {
+    if (o.lr_schedule != "cosine") return;
+    double t = double(at_epoch * batches + at_batch) / total_steps;
+    check(dp_optimizer_set_lr(opt.get(), base_lr * 0.5 * (1 + std::cos(3.14159265358979323846 * t))), "lr");
+  };
+
+  std::signal(SIGINT, on_sigint);
+  Progress progress;
+  Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
+  std::vector<double> loss_curve, acc_curve;
+  double train_seconds = 0, start = now_seconds(), last_loss = 0;
+  int64_t samples = 0, epochs_done = epoch;
+  EvalResult last_eval;
+  bool interrupted = false;
+  for (; epoch < o.epochs && !interrupted; ++epoch) {
+    double loss_sum = 0, epoch_start = now_seconds();
+    int64_t epoch_rows = 0, rows = 0;
+    for (;;) {
+      double t0 = now_seconds();
+      check(dp_loader_next(train_loader.get(), x.get(), y.get(), &rows), "training data");
+      if (rows == 0) break;
+      float loss = 0;
+      schedule(epoch, batch);
+      check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "train step");
+      train_seconds += now_seconds() - t0;
+      samples += rows;
+      epoch_rows += rows;
+      loss_sum += double(loss) * rows;
+      ++batch;
+      if (batch % 20 == 0) loss_curve.push_back(loss);
+      double sps = samples / std::max(train_seconds, 1e-9);
+      double left = double((o.epochs - epoch) * batches - batch) * o.batch_size / sps;
+      progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
+      if (g_stop) {
+        interrupted = true;
+        break;
+      }
+    }
+    if (interrupted) break;
+    batch = 0;
+    last_loss = epoch_rows ? loss_sum / epoch_rows : 0;
+    last_eval = evaluate(c, group.get(), test_loader.get());
+    acc_curve.push_back(last_eval.accuracy);
+    epochs_done = epoch + 1;
+    progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
+                  json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
+                  json_num(last_eval.accuracy) + " (" + json_num(now_seconds() - epoch_start) + " s)");
+    if (log)
+      log << "{\"epoch\": " << epoch + 1 << ", \"train_loss\": " << json_num(last_loss) << ", \"test_loss\": "
+          << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
+          << ", \"samples_per_second\": " << json_num(samples / std::max(train_seconds, 1e-9)) << "}" << std::endl;
+    save();
+  }
+  if (interrupted) {
+    save();
+    progress.line(std::string("dp: stopped by Ctrl-C") + (o.save.empty() ? "" : "; checkpoint written to " + o.save));
+  }
+  if (!o.plot.empty()) write_svg(o.plot, loss_curve, acc_curve);
+  std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"samples_per_second\": %s, "
+              "\"seconds\": %s, \"devices\": %d, \"interrupted\": %s}\n",
+              json_num(last_eval.accuracy).c_str(), json_num(last_eval.loss).c_str(), json_num(last_loss).c_str(),
+              (long long)epochs_done, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
+              json_num(now_seconds() - start).c_str(), ndev, interrupted ? "true" : "false");
+  return interrupted ? 130 : kOk;
+}
+
+static int eval(const std::string& model_path, const std::string& ckpt, const std::string& data_spec,
+                const std::string& devices, int64_t batch_size, int64_t workers) {
+  dp_context* c = nullptr;
+  check(dp_context_create(&c), "context");
+  Context ctx(c);
+  Model model = load_model(c, model_path);
+  Group group = make_group(model.get(), devices, 1);
+  // A training checkpoint or plain weights (a PyTorch state_dict, say).
+  char* meta = nullptr;
+  check(dp_checkpoint_metadata(ckpt.c_str(), &meta), "checkpoint");
+  bool is_checkpoint = std::string(meta).find("dp-checkpoint-1") != std::string::npos;
+  dp_free(meta);
+  if (is_checkpoint)
+    check(dp_checkpoint_load(ckpt.c_str(), group.get(), nullptr, nullptr), "checkpoint");
+  else
+    check(dp_model_load_safetensors(model.get(), ckpt.c_str()), "weights");
+  Data data = open_data(c, data_spec, model.get(), 0);
+  Loader loader = make_loader(data.test.get(), batch_size, false, workers, 0);
+  double t0 = now_seconds();
+  EvalResult r = evaluate(c, group.get(), loader.get());
+  std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"seconds\": %s}\n", json_num(r.accuracy).c_str(),
+              json_num(r.loss).c_str(), json_num(now_seconds() - t0).c_str());
+  return kOk;
+}
+
+static int bench(const std::string& model_path, const std::string& devices, int64_t batch, int64_t steps,
+                 int64_t threads, const std::string& optimizer) {
+  dp_context* c = nullptr;
+  check(dp_context_create(&c), "context");
+  Context ctx(c);
+  Model model = load_model(c, model_path);
+  Group group = make_group(model.get(), devices, threads);
+  dp_optimizer* op = nullptr;
+  check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
+  Optimizer opt(op);
+  Data data = open_data(c, "synthetic:" + std::to_string(batch), model.get(), 0);
+  Loader loader = make_loader(data.train.get(), batch, false, 0, 0);
+  Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
+  int64_t rows = 0;
+  check(dp_loader_next(loader.get(), x.get(), y.get(), &rows), "data");
+  float loss = 0;
+  for (int i = 0; i < 3; ++i) check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "warm-up");
+  double t0 = now_seconds();
+  for (int64_t i = 0; i < steps; ++i) check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "step");
+  double sec = now_seconds() - t0;
+  int ndev = 0;
+  check(dp_group_num_devices(group.get(), &ndev), "devices");
+  std::printf("{\"samples_per_second\": %s, \"seconds\": %s, \"steps\": %lld, \"batch_size\": %lld, \"devices\": %d, "
+              "\"threads_per_device\": %lld, \"loss\": %s}\n",
+              json_num(batch * steps / sec).c_str(), json_num(sec).c_str(), (long long)steps, (long long)batch, ndev,
+              (long long)threads, json_num(loss).c_str());
+  return kOk;
+}
+
+static int devices() {
+  unsigned n = std::thread::hardware_concurrency();
+  std::printf("cpu: %u device(s), cpu:0 ... cpu:%u (one per core; a device list may name more)\n", n, n ? n - 1 : 0);
+  std::printf("cuda: none (this build of dp has no CUDA backend)\n");
+  return kOk;
+}
+
+}  // namespace dpcli
+
+int main(int argc, char** argv) {
+  using namespace dpcli;
+  CLI::App app{"dp: data-parallel training of JSON models (nn.DataParallel's semantics)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(dp_version()));
+
+  TrainOptions t;
+  auto* train_cmd = app.add_subcommand("train", "train a model");
+  train_cmd->add_option("model", t.model, "model JSON file")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("--data", t.data, "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | synthetic:N")->capture_default_str();
+  train_cmd->add_option("--devices", t.devices, "auto | cpu:0,cpu:1,...")->capture_default_str();
+  train_cmd->add_option("--epochs", t.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
+  train_cmd->add_option("--batch-size", t.batch_size, "batch size (split over the devices)")->check(CLI::PositiveNumber)->capture_default_str();
+  train_cmd->add_option("--optimizer", t.optimizer, "optimizer JSON")->capture_default_str();
+  train_cmd->add_option("--seed", t.seed, "shuffling seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train_cmd->add_option("--workers", t.workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train_cmd->add_option("--threads", t.threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
+  train_cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine (annealed to 0 over all steps)")
+      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
+  train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C)");
+  train_cmd->add_option("--resume", t.resume, "checkpoint to continue from")->check(CLI::ExistingFile);
+  train_cmd->add_option("--log", t.log, "append one JSON line per epoch to this file");
+  train_cmd->add_option("--plot", t.plot, "write loss and accuracy curves to this SVG file");
+
+  std::string e_model, e_ckpt, e_data = "fashion-mnist", e_devices = "auto";
+  int64_t e_batch = 1000, e_workers = 2;
+  auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint (or safetensors weights) on a test set");
+  eval_cmd->add_option("model", e_model, "model JSON file")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("checkpoint", e_ckpt, "checkpoint or weights (.safetensors)")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("--data", e_data, "as for train")->capture_default_str();
+  eval_cmd->add_option("--devices", e_devices, "as for train")->capture_default_str();
+  eval_cmd->add_option("--batch-size", e_batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  eval_cmd->add_option("--workers", e_workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
+
+  std::string b_model, b_devices = "auto", b_opt = R"({"type": "sgd", "lr": 0.01, "momentum": 0.9})";
+  int64_t b_batch = 256, b_steps = 50, b_threads = 1;
+  auto* bench_cmd = app.add_subcommand("bench", "training samples/s on synthetic data");
+  bench_cmd->add_option("model", b_model, "model JSON file")->required()->check(CLI::ExistingFile);
+  bench_cmd->add_option("--devices", b_devices, "as for train")->capture_default_str();
+  bench_cmd->add_option("--batch-size", b_batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--steps", b_steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--threads", b_threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
+  bench_cmd->add_option("--optimizer", b_opt, "optimizer JSON")->capture_default_str();
+
+  app.add_subcommand("devices", "list the devices dp can use");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kUsage;
+  }
+  try {
+    if (*train_cmd) return train(t);
+    if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers);
+    if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
+    return devices();
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "\ndp: %s\n", f.what());
+    return f.code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ndp: %s\n", e.what());
+    return kRuntime;
+  }
+}

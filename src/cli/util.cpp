@@ -1,0 +1,98 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "cli.h"
+
+namespace dpcli {
+
+void check(dp_status s, const std::string& what) {
+  if (s == DP_OK) return;
+  int code = (s == DP_ERR_NUMERIC || s == DP_ERR_OUT_OF_MEMORY || s == DP_ERR_INTERNAL) ? kRuntime : kUsage;
+  throw Failure(code, what + ": " + dp_last_error());
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string resolve_devices(const std::string& spec) {
+  if (spec != "auto") return spec;
+  unsigned n = std::thread::hardware_concurrency();
+  if (n == 0) n = 1;
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) out += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  return out;
+}
+
+Progress::Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
+
+static std::string hms(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  long t = static_cast<long>(s + 0.5);
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  return buf;
+}
+
+void Progress::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double sps,
+                    double eta) {
+  double t = now_seconds();
+  double every = tty_ ? 0.1 : 5.0;
+  if (last_ >= 0 && t - last_ < every && batch != batches) return;
+  last_ = t;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s",
+                (long long)epoch + 1, (long long)epochs, (long long)batch, (long long)batches, loss, sps,
+                hms(eta).c_str());
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", buf);
+    dirty_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", buf);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::line(const std::string& text) {
+  if (dirty_) std::fprintf(stderr, "\r\033[K");
+  dirty_ = false;
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+// Two stacked panels: training loss per logged step, test accuracy per epoch.
+void write_svg(const std::string& path, const std::vector<double>& losses, const std::vector<double>& accuracies) {
+  std::ofstream f(path);
+  if (!f) throw Failure(kUsage, "cannot write " + path);
+  const double W = 640, H = 200, pad = 40;
+  auto panel = [&](const std::vector<double>& v, double y0, const char* title, const char* color) {
+    f << "<text x='" << pad << "' y='" << y0 - 8 << "' font-size='13'>" << title << "</text>\n";
+    f << "<rect x='" << pad << "' y='" << y0 << "' width='" << W - 2 * pad << "' height='" << H - 2 * pad
+      << "' fill='none' stroke='#999'/>\n";
+    if (v.empty()) return;
+    double lo = v[0], hi = v[0];
+    for (double x : v) lo = std::fmin(lo, x), hi = std::fmax(hi, x);
+    if (hi - lo < 1e-12) hi = lo + 1;
+    f << "<text x='2' y='" << y0 + 10 << "' font-size='10'>" << hi << "</text>";
+    f << "<text x='2' y='" << y0 + H - 2 * pad << "' font-size='10'>" << lo << "</text>\n";
+    f << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
+    for (size_t i = 0; i < v.size(); ++i) {
+      double x = pad + (W - 2 * pad) * (v.size() == 1 ? 0.5 : double(i) / double(v.size() - 1));
+      double y = y0 + (H - 2 * pad) * (1 - (v[i] - lo) / (hi - lo));
+      f << x << "," << y << " ";
+    }
+    f << "'/>\n";
+  };
+  f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << 2 * H << "' font-family='sans-serif'>\n";
+  f << "<rect width='100%' height='100%' fill='white'/>\n";
+  panel(losses, pad, "training loss", "#c0392b");
+  panel(accuracies, H + pad, "test accuracy (per epoch)", "#2471a3");
+  f << "</svg>\n";
+}
+
+}  // namespace dpcli

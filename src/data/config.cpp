@@ -1,0 +1,43 @@
+// The loader's JSON config, with PyTorch's DataLoader defaults:
+// {"batch_size": 1, "shuffle": false, "drop_last": false, "num_workers": 0,
+//  "prefetch": 2, "seed": 0}
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "model/args.h"
+
+namespace dp {
+
+using nlohmann::json;
+
+// More threads than this is a mistake, not a configuration.
+static constexpr int64_t kMaxWorkers = 256;
+static constexpr int64_t kMaxPrefetch = 1024;
+
+LoaderConfig LoaderConfig::from_json(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    fail(DP_ERR_JSON, std::string("loader JSON: ") + e.what());
+  }
+  Args a(doc, "");
+  LoaderConfig c;
+  c.batch_size = a.integer("batch_size", 1, 1);
+  c.shuffle = a.boolean("shuffle", false);
+  c.drop_last = a.boolean("drop_last", false);
+  int64_t workers = a.integer("num_workers", 0, 0);
+  if (workers > kMaxWorkers)
+    fail(DP_ERR_MODEL, a.path_of("num_workers") + ": expected at most " + std::to_string(kMaxWorkers) + ", got " + std::to_string(workers));
+  int64_t prefetch = a.integer("prefetch", 2, 1);
+  if (prefetch > kMaxPrefetch)
+    fail(DP_ERR_MODEL, a.path_of("prefetch") + ": expected at most " + std::to_string(kMaxPrefetch) + ", got " + std::to_string(prefetch));
+  c.num_workers = static_cast<int>(workers);
+  c.prefetch = static_cast<int>(prefetch);
+  c.seed = static_cast<uint64_t>(a.integer("seed", 0, 0));
+  a.finish("a loader");
+  return c;
+}
+
+}  // namespace dp

@@ -1,0 +1,121 @@
+// A loader: batches of a dataset, in an epoch order that is a pure function
+// of (seed, epoch), assembled ahead of time by worker threads.
+//
+// Pipeline: the batches from a start position are numbered by tickets 0, 1,
+// 2, ...; ticket t is the global batch g0 + t, i.e. batch (g0 + t) % K of
+// epoch (g0 + t) / K (K batches per epoch). Workers claim tickets in order
+// and assemble ticket t into slot t % S of a ring of S = num_workers *
+// prefetch preallocated batches (prefetch per worker, as PyTorch's
+// prefetch_factor); next() takes the slots in ticket order, so batches come
+// out in order however the workers interleave. A worker may claim ticket t
+// only once ticket t - S has been taken, which bounds the memory. With
+// num_workers = 0, next() assembles the batch itself, in one slot.
+//
+// The epoch's end is not a ticket: next() returns 0 rows once per epoch
+// (after batch K - 1) and moves to the next epoch, while the workers run on
+// into it. seek() bumps a generation counter: batches of the old generation
+// are dropped (a worker still assembling one stops at its next sample) and
+// the tickets restart at the new position.
+//
+// A batch that fails (a callback's error) is delivered as that error by the
+// next() that would have returned it; the position moves past it, as
+// PyTorch's iterator does, and the following next() continues.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/transform.h"
+#include "tensor/tensor.h"
+
+namespace dp {
+
+struct LoaderConfig {
+  int64_t batch_size = 1;  // PyTorch's defaults throughout
+  bool shuffle = false;
+  bool drop_last = false;
+  int num_workers = 0;
+  int prefetch = 2;
+  uint64_t seed = 0;
+  // Throws DP_ERR_JSON, or DP_ERR_MODEL naming the key ("/batch_size: ...").
+  static LoaderConfig from_json(const std::string& text);
+};
+
+class Batcher;
+
+class Loader {
+ public:
+  // transform may be null. The loader shares ownership of both.
+  Loader(std::shared_ptr<const Dataset> ds, std::shared_ptr<const Transform> transform, const LoaderConfig& cfg);
+  // Stops the workers (a batch in progress stops at its next sample) and joins them.
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  int64_t num_batches() const { return num_batches_; }
+  // The next batch, swapped into input and target (resized to [rows, ...]),
+  // or 0 rows at the end of an epoch (the tensors are then resized to 0
+  // rows). The caller's previous buffers become the loader's, so once every
+  // buffer is large enough nothing allocates. Throws the batch's error.
+  int64_t next(Tensor& input, Tensor& target);
+  // The epoch and the index of the batch the next call returns (K at the
+  // end of an epoch, where next() returns 0 rows).
+  int64_t epoch() const { return epoch_; }
+  int64_t batch() const { return batch_; }
+  // Continues from (epoch, batch), 0 <= batch <= K.
+  void seek(int64_t epoch, int64_t batch);
+
+  const Shape& sample_shape() const { return sample_shape_; }
+
+ private:
+  struct Slot {
+    enum State { kFree, kFilling, kReady };
+    State state = kFree;
+    int64_t ticket = -1;
+    int64_t rows = 0;
+    Tensor input, target;
+    dp_status error = DP_OK;
+    std::string message;
+  };
+
+  void start_workers();
+  void worker_main(int id);
+  // Assembles global batch g into slot with batcher b: false if cancelled.
+  bool fill(Batcher& b, int64_t g, Slot& slot, uint64_t gen);
+  int64_t hand_over(Slot& slot, Tensor& input, Tensor& target);
+
+  std::shared_ptr<const Dataset> ds_;
+  std::shared_ptr<const Transform> transform_;
+  LoaderConfig cfg_;
+  int64_t length_ = 0;
+  int64_t num_batches_ = 0;
+  Shape sample_shape_;  // after the transform
+  Shape target_shape_;
+
+  // The consumer's position.
+  int64_t epoch_ = 0;
+  int64_t batch_ = 0;
+
+  std::vector<std::unique_ptr<Batcher>> batchers_;  // one per worker (or one for next())
+  std::vector<Slot> slots_;
+
+  // Pipeline state, guarded by mu_. gen_ is also read without the lock by
+  // workers, between samples, to stop a batch that is no longer wanted.
+  std::mutex mu_;
+  std::condition_variable work_cv_;   // a slot was freed, or stop/seek
+  std::condition_variable ready_cv_;  // a slot became ready
+  std::atomic<uint64_t> gen_{0};
+  bool stop_ = false;
+  int64_t base_ = 0;  // the global batch of ticket 0
+  int64_t next_ticket_ = 0;
+  int64_t consumed_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dp

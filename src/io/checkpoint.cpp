@@ -1,0 +1,273 @@
+#include "io/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace dp::io {
+
+using nlohmann::json;
+
+namespace {
+
+const char* const kFormat = "dp-checkpoint-1";
+const char* const kReserved[] = {"format",          "model",        "group_step",  "optimizer_type",
+                                 "optimizer_steps", "loader_epoch", "loader_batch"};
+
+std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+std::string list(const std::vector<std::string>& names) {
+  std::string r;
+  const size_t show = 8;
+  for (size_t i = 0; i < names.size() && i < show; ++i) r += (i ? ", " : "") + names[i];
+  if (names.size() > show) r += " and " + std::to_string(names.size() - show) + " more";
+  return r;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+void add_model_tensors(const Model& m, std::vector<StOut>& out) {
+  for (const NamedTensor& p : m.param_info) out.push_back({p.name, "F32", dims(p.shape), m.params.data() + p.offset});
+  for (const NamedTensor& b : m.buffer_info) out.push_back({b.name, "F32", dims(b.shape), m.buffers.data() + b.offset});
+}
+
+// Copies tensor e of f into dst + nt.offset after checking it is nt's dtype and shape.
+void copy_tensor(const StFile& f, const StEntry& e, const NamedTensor& nt, const char* kind, float* dst) {
+  std::string where = f.path + ": tensor '" + e.name + "'";
+  if (e.dtype != "F32") fail(DP_ERR_MODEL, where + " has dtype " + e.dtype + ", the model's " + kind + " is F32");
+  if (e.shape != dims(nt.shape))
+    fail(DP_ERR_MODEL, where + " has shape " + shape_str(e.shape) + " in the file, the model's " + kind + " '" + nt.name +
+                           "' has " + nt.shape.str());
+  std::memcpy(dst + nt.offset, f.bytes(e), static_cast<size_t>(e.end - e.begin));
+}
+
+// What a load will write, staged so that nothing changes until all of it fits.
+struct Staged {
+  std::vector<float> params, buffers;
+  std::vector<std::vector<float>> opt_state;  // in Optimizer::state() order
+  std::set<std::string> used;                 // names of the tensors read
+};
+
+void stage_model(const StFile& f, const Model& m, bool require_buffers, Staged& s) {
+  s.params = m.params;
+  s.buffers = m.buffers;
+  std::vector<std::string> missing;
+  for (const NamedTensor& p : m.param_info) {
+    const StEntry* e = f.find(p.name);
+    if (!e) {
+      missing.push_back(p.name);
+      continue;
+    }
+    copy_tensor(f, *e, p, "parameter", s.params.data());
+    s.used.insert(p.name);
+  }
+  if (!missing.empty())
+    fail(DP_ERR_MODEL, f.path + ": missing parameter" + (missing.size() > 1 ? "s " : " ") + list(missing) +
+                           " (the file has no tensor of that name)");
+  for (const NamedTensor& b : m.buffer_info) {
+    const StEntry* e = f.find(b.name);
+    if (!e) {
+      if (require_buffers) missing.push_back(b.name);
+      continue;
+    }
+    copy_tensor(f, *e, b, "buffer", s.buffers.data());
+    s.used.insert(b.name);
+  }
+  if (!missing.empty())
+    fail(DP_ERR_MODEL, f.path + ": missing buffer" + (missing.size() > 1 ? "s " : " ") + list(missing));
+}
+
+// Every tensor of f must have been read, except num_batches_tracked (dp keeps
+// none) and, with skip_optimizer, a checkpoint's optimizer state.
+void check_all_used(const StFile& f, const Staged& s, bool skip_optimizer) {
+  std::vector<std::string> extra;
+  for (const StEntry& e : f.entries) {
+    if (s.used.count(e.name)) continue;
+    if (e.name == "num_batches_tracked" || ends_with(e.name, ".num_batches_tracked")) continue;
+    if (skip_optimizer && starts_with(e.name, "optimizer.")) continue;
+    extra.push_back(e.name);
+  }
+  if (!extra.empty())
+    fail(DP_ERR_MODEL, f.path + ": tensor" + (extra.size() > 1 ? "s " : " ") + list(extra) +
+                           (extra.size() > 1 ? " are" : " is") + " not in the model (no parameter or buffer of that name)");
+}
+
+const std::string* meta(const StFile& f, const char* key) {
+  auto it = f.metadata.find(key);
+  return it == f.metadata.end() ? nullptr : &it->second;
+}
+
+int64_t meta_int(const StFile& f, const char* key) {
+  const std::string* v = meta(f, key);
+  if (!v) fail(DP_ERR_IO, f.path + ": __metadata__ has no '" + key + "' (a damaged checkpoint)");
+  bool ok = !v->empty() && v->size() <= 18 && std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!ok) fail(DP_ERR_IO, f.path + ": __metadata__ '" + key + "' must be a non-negative integer, got '" + *v + "'");
+  return std::stoll(*v);
+}
+
+json parse_model_json(const std::string& text) { return json::parse(text, nullptr, true, true); }
+
+}  // namespace
+
+void save_weights(const Model& model, const std::string& path) {
+  std::vector<StOut> tensors;
+  add_model_tensors(model, tensors);
+  write_safetensors(path, tensors, {});
+}
+
+void load_weights(Model& model, const std::string& path) {
+  StFile f = read_safetensors(path);
+  Staged s;
+  stage_model(f, model, false, s);
+  // A checkpoint loads as weights: its optimizer state is not the model's.
+  const std::string* format = meta(f, "format");
+  check_all_used(f, s, format && *format == kFormat);
+  std::copy(s.params.begin(), s.params.end(), model.params.begin());
+  std::copy(s.buffers.begin(), s.buffers.end(), model.buffers.begin());
+}
+
+void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, const LoaderPosition* loader,
+                     const char* user_metadata) {
+  const Model& m = group.model();
+  std::vector<std::pair<std::string, std::string>> metadata = {
+      {"format", kFormat}, {"model", m.description}, {"group_step", std::to_string(group.step())}};
+  if (opt) {
+    metadata.push_back({"optimizer_type", opt->type()});
+    metadata.push_back({"optimizer_steps", std::to_string(opt->steps)});
+  }
+  if (loader) {
+    metadata.push_back({"loader_epoch", std::to_string(loader->epoch)});
+    metadata.push_back({"loader_batch", std::to_string(loader->batch)});
+  }
+  if (user_metadata) {
+    json user;
+    try {
+      user = json::parse(user_metadata);
+    } catch (const json::exception& e) {
+      fail(DP_ERR_JSON, std::string("user_metadata_json: ") + e.what());
+    }
+    if (!user.is_object()) fail(DP_ERR_INVALID_ARGUMENT, "user_metadata_json must be a JSON object, got " + user.dump());
+    for (auto it = user.begin(); it != user.end(); ++it) {
+      for (const char* r : kReserved)
+        if (it.key() == r)
+          fail(DP_ERR_INVALID_ARGUMENT, "user_metadata_json: key '" + it.key() + "' is reserved for dp's own metadata");
+      metadata.push_back({it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump()});
+    }
+  }
+
+  std::vector<StOut> tensors;
+  add_model_tensors(m, tensors);
+  if (opt) {
+    for (const auto& st : opt->state()) {
+      if (st.second->size() != m.params.size())
+        fail(DP_ERR_INTERNAL, "optimizer state '" + st.first + "' has " + std::to_string(st.second->size()) +
+                                  " floats, the model " + std::to_string(m.params.size()) + " parameters");
+      for (const NamedTensor& p : m.param_info)
+        tensors.push_back({"optimizer." + st.first + "." + p.name, "F32", dims(p.shape), st.second->data() + p.offset});
+    }
+  }
+  write_safetensors(path, tensors, metadata);
+}
+
+void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
+                     const std::function<void(const LoaderPosition&)>* seek) {
+  Model& m = group.model();
+  StFile f = read_safetensors(path);
+
+  const std::string* format = meta(f, "format");
+  if (!format || *format != kFormat)
+    fail(DP_ERR_IO, path + ": not a dp checkpoint (__metadata__ format is " + (format ? "'" + *format + "'" : std::string("missing")) +
+                        ", expected '" + kFormat + "'); model weights load with dp_model_load_safetensors");
+  const std::string* saved_model = meta(f, "model");
+  if (!saved_model) fail(DP_ERR_IO, path + ": __metadata__ has no 'model' (a damaged checkpoint)");
+  json saved, ours;
+  try {
+    saved = parse_model_json(*saved_model);
+  } catch (const json::exception& e) {
+    fail(DP_ERR_IO, path + ": __metadata__ 'model' is not JSON: " + e.what());
+  }
+  try {
+    ours = parse_model_json(m.description);
+  } catch (const json::exception& e) {
+    fail(DP_ERR_INTERNAL, std::string("the group's model JSON does not parse: ") + e.what());
+  }
+  if (saved != ours)
+    fail(DP_ERR_MODEL, path + ": checkpoint was written for another model (its __metadata__ 'model' differs from this group's model JSON)");
+  const int64_t group_step = meta_int(f, "group_step");
+
+  int64_t opt_steps = 0;
+  if (opt) {
+    const std::string* type = meta(f, "optimizer_type");
+    if (!type) fail(DP_ERR_MODEL, path + ": the checkpoint holds no optimizer state (it was saved without an optimizer)");
+    if (*type != opt->type())
+      fail(DP_ERR_MODEL, path + ": checkpoint was written for a '" + *type + "' optimizer, this one is '" + opt->type() + "'");
+    opt_steps = meta_int(f, "optimizer_steps");
+  }
+  LoaderPosition pos;
+  if (seek) {
+    if (!meta(f, "loader_epoch") || !meta(f, "loader_batch"))
+      fail(DP_ERR_MODEL, path + ": the checkpoint holds no loader position (it was saved without a loader)");
+    pos.epoch = meta_int(f, "loader_epoch");
+    pos.batch = meta_int(f, "loader_batch");
+  }
+
+  Staged s;
+  stage_model(f, m, true, s);
+  std::vector<std::pair<std::string, std::vector<float>*>> state;
+  if (opt) {
+    state = opt->state();
+    std::vector<std::string> missing;
+    for (const auto& st : state) {
+      s.opt_state.emplace_back(st.second->size());
+      if (st.second->size() != m.params.size())
+        fail(DP_ERR_INTERNAL, "optimizer state '" + st.first + "' does not match the model's parameters");
+      for (const NamedTensor& p : m.param_info) {
+        std::string name = "optimizer." + st.first + "." + p.name;
+        const StEntry* e = f.find(name);
+        if (!e) {
+          missing.push_back(name);
+          continue;
+        }
+        copy_tensor(f, *e, p, "optimizer state", s.opt_state.back().data());
+        s.used.insert(name);
+      }
+    }
+    if (!missing.empty())
+      fail(DP_ERR_MODEL, path + ": missing optimizer state " + list(missing) + " (saved with other optimizer settings?)");
+  }
+  check_all_used(f, s, opt == nullptr);
+
+  // All checked: the loader first (the one step that can still fail), then
+  // copies that cannot.
+  if (seek) (*seek)(pos);
+  std::copy(s.params.begin(), s.params.end(), m.params.begin());
+  std::copy(s.buffers.begin(), s.buffers.end(), m.buffers.begin());
+  for (size_t i = 0; i < state.size(); ++i) std::copy(s.opt_state[i].begin(), s.opt_state[i].end(), state[i].second->begin());
+  if (opt) opt->steps = opt_steps;
+  group.set_step(group_step);
+}
+
+std::string read_metadata(const std::string& path) {
+  StFile f = read_safetensors(path, false);
+  json out = json::object();
+  for (const auto& kv : f.metadata) out[kv.first] = kv.second;
+  return out.dump();
+}
+
+}  // namespace dp::io

@@ -1,0 +1,52 @@
+// Model weights and training checkpoints as safetensors files (see
+// io/safetensors.h for the format).
+//
+// Weights: parameters and buffers by their state_dict names ("0.weight",
+// "1.running_mean"), float32, as PyTorch's
+// safetensors.torch.save_file(model.state_dict()) writes them.
+//
+// Checkpoints ("dp-checkpoint-1"): the same tensors, plus the optimizer's
+// state as "optimizer.<state name>.<parameter name>" ("optimizer.exp_avg.0.weight"),
+// and in __metadata__ (strings): format, model (the model's JSON text),
+// group_step, optimizer_type, optimizer_steps, loader_epoch, loader_batch
+// (the last four when an optimizer / a loader was saved), plus the caller's keys.
+//
+// Loading validates the whole file against the model first and changes
+// nothing unless all of it fits. Errors: DP_ERR_IO for a file that is
+// unreadable or not valid safetensors (or a checkpoint with broken metadata);
+// DP_ERR_MODEL for a valid file that does not fit (a missing or extra tensor,
+// a shape or dtype that differs, another model, another optimizer type).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "group/group.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+
+namespace dp::io {
+
+void save_weights(const Model& model, const std::string& path);
+void load_weights(Model& model, const std::string& path);
+
+struct LoaderPosition {
+  int64_t epoch = 0, batch = 0;
+};
+
+// user_metadata: a JSON object's text, or null. loader: the position to
+// record, or null.
+void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, const LoaderPosition* loader,
+                     const char* user_metadata);
+
+// Restores a checkpoint into group (its model), opt (may be null) and, when
+// seek is given, a loader: seek is called with the saved position after all
+// validation and before anything else changes; if it throws, nothing has
+// changed.
+void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
+                     const std::function<void(const LoaderPosition&)>* seek);
+
+// The __metadata__ of any safetensors file, as a JSON object's text.
+std::string read_metadata(const std::string& path);
+
+}  // namespace dp::io

@@ -1,0 +1,313 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "dp's safetensors I/O copies host floats as little-endian: port it before building on a big-endian host"
+#endif
+
+namespace dp::io {
+
+using nlohmann::json;
+
+namespace {
+
+// safetensors' own limit on the header (100 MB): a larger size is corruption.
+const uint64_t kMaxHeader = 100000000;
+
+std::string sys_error() { return std::strerror(errno); }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Closes a FILE* on every path out.
+struct File {
+  FILE* f = nullptr;
+  ~File() {
+    if (f) std::fclose(f);
+  }
+};
+
+void read_exact(FILE* f, void* dst, size_t n, const std::string& path, const char* what) {
+  if (n == 0) return;
+  size_t got = std::fread(dst, 1, n, f);
+  if (got != n) {
+    if (std::ferror(f)) fail(DP_ERR_IO, path + ": cannot read " + what + ": " + sys_error());
+    fail(DP_ERR_IO, path + ": truncated while reading " + what + " (the file changed while being read?)");
+  }
+}
+
+uint64_t get_uint(const json& v, const std::string& where) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  fail(DP_ERR_IO, where + " must be a non-negative integer, got " + v.dump());
+}
+
+// One header entry, checked on its own: known dtype, valid shape, offsets
+// whose span is exactly the tensor's byte count.
+StEntry parse_entry(const std::string& path, const std::string& name, const json& v) {
+  std::string where = path + ": tensor '" + name + "'";
+  if (!v.is_object()) fail(DP_ERR_IO, where + ": expected an object with dtype, shape and data_offsets, got " + v.dump());
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
+      fail(DP_ERR_IO, where + ": unknown field '" + it.key() + "' (expected dtype, shape, data_offsets)");
+  StEntry e;
+  e.name = name;
+  if (!v.contains("dtype") || !v["dtype"].is_string()) fail(DP_ERR_IO, where + ": missing or non-string dtype");
+  e.dtype = v["dtype"].get<std::string>();
+  size_t esize = st_dtype_size(e.dtype);
+  if (!esize) fail(DP_ERR_IO, where + ": unknown dtype '" + e.dtype + "'");
+  if (!v.contains("shape") || !v["shape"].is_array()) fail(DP_ERR_IO, where + ": missing shape (a list of sizes)");
+  uint64_t numel = 1;
+  for (const json& d : v["shape"]) {
+    uint64_t n = get_uint(d, where + ": shape entries");
+    if (n > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, n, &numel))
+      fail(DP_ERR_IO, where + ": shape " + v["shape"].dump() + " is too large");
+    e.shape.push_back(static_cast<int64_t>(n));
+  }
+  const json* off = v.contains("data_offsets") ? &v["data_offsets"] : nullptr;
+  if (!off || !off->is_array() || off->size() != 2)
+    fail(DP_ERR_IO, where + ": data_offsets must be a list [begin, end]");
+  e.begin = get_uint((*off)[0], where + ": data_offsets");
+  e.end = get_uint((*off)[1], where + ": data_offsets");
+  if (e.end < e.begin)
+    fail(DP_ERR_IO, where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
+  uint64_t bytes = 0;
+  bool overflow = __builtin_mul_overflow(numel, static_cast<uint64_t>(esize), &bytes);
+  if (overflow || bytes != e.end - e.begin)
+    fail(DP_ERR_IO, where + ": dtype " + e.dtype + " and shape " + shape_str(e.shape) + " make " +
+                        (overflow ? std::string("too many") : std::to_string(bytes)) +
+                        " bytes, but data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
+                        std::to_string(e.end - e.begin));
+  return e;
+}
+
+}  // namespace
+
+size_t st_dtype_size(const std::string& d) {
+  static const std::map<std::string, size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1}, {"I16", 2},
+      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},     {"I64", 8},
+      {"U64", 8},  {"F64", 8}, {"C64", 8}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+const StEntry* StFile::find(const std::string& name) const {
+  for (const StEntry& e : entries)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+StFile read_safetensors(const std::string& path, bool with_data) {
+  StFile out;
+  out.path = path;
+  File file;
+  file.f = std::fopen(path.c_str(), "rb");
+  if (!file.f) fail(DP_ERR_IO, path + ": cannot open: " + sys_error());
+  struct stat st;
+  if (fstat(fileno(file.f), &st) != 0) fail(DP_ERR_IO, path + ": cannot stat: " + sys_error());
+  if (!S_ISREG(st.st_mode)) fail(DP_ERR_IO, path + ": not a regular file");
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8)
+    fail(DP_ERR_IO, path + ": truncated: " + std::to_string(file_size) + " bytes, too short for the 8-byte header size");
+
+  unsigned char size_bytes[8];
+  read_exact(file.f, size_bytes, 8, path, "the header size");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | size_bytes[i];
+  if (n > file_size - 8)
+    fail(DP_ERR_IO, path + ": truncated or not a safetensors file: the header size says " + std::to_string(n) +
+                        " bytes, the file has " + std::to_string(file_size - 8) + " after the size");
+  if (n > kMaxHeader)
+    fail(DP_ERR_IO, path + ": header of " + std::to_string(n) + " bytes exceeds the format's limit of " +
+                        std::to_string(kMaxHeader));
+  if (n < 2) fail(DP_ERR_IO, path + ": header of " + std::to_string(n) + " bytes cannot hold a JSON object");
+  std::string text(static_cast<size_t>(n), '\0');
+  read_exact(file.f, &text[0], text.size(), path, "the header");
+  if (text[0] != '{') fail(DP_ERR_IO, path + ": the header is not a JSON object (not a safetensors file?)");
+
+  // Duplicate names would silently shadow each other: find them while parsing.
+  std::set<std::string> seen;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && duplicate.empty()) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!seen.insert(k).second) duplicate = k;
+    }
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(text, cb);
+  } catch (const json::exception& e) {
+    fail(DP_ERR_IO, path + ": the header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) fail(DP_ERR_IO, path + ": the header is not a JSON object");
+  if (!duplicate.empty()) fail(DP_ERR_IO, path + ": the header names '" + duplicate + "' twice");
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it.value().is_object()) fail(DP_ERR_IO, path + ": __metadata__ must be an object of strings");
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        if (!m.value().is_string())
+          fail(DP_ERR_IO, path + ": __metadata__ value of '" + m.key() + "' must be a string, got " + m.value().dump());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    out.entries.push_back(parse_entry(path, it.key(), it.value()));
+  }
+
+  // The data buffer: covered exactly by the tensors, in some order.
+  std::sort(out.entries.begin(), out.entries.end(), [](const StEntry& a, const StEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 0; i < out.entries.size(); ++i) out.by_name[out.entries[i].name] = i;
+  const uint64_t data_size = file_size - 8 - n;
+  uint64_t at = 0;
+  bool gap = false;
+  const StEntry* prev = nullptr;
+  for (const StEntry& e : out.entries) {
+    if (e.begin < at)
+      fail(DP_ERR_IO, path + ": tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
+                          ") and '" + e.name + "' [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
+    if (e.begin > at) gap = true;
+    at = e.end;
+    prev = &e;
+  }
+  if (at > data_size) {
+    if (!gap)
+      fail(DP_ERR_IO, path + ": truncated: header says " + std::to_string(at) + " bytes of tensor data, file has " +
+                          std::to_string(data_size));
+    for (const StEntry& e : out.entries)
+      if (e.end > data_size)
+        fail(DP_ERR_IO, path + ": tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + ", " +
+                            std::to_string(e.end) + "] are outside the data buffer (" + std::to_string(data_size) + " bytes)");
+  }
+  at = 0;
+  for (const StEntry& e : out.entries) {
+    if (e.begin > at)
+      fail(DP_ERR_IO, path + ": bytes [" + std::to_string(at) + ", " + std::to_string(e.begin) + ") before tensor '" + e.name +
+                          "' belong to no tensor (the format allows no gaps)");
+    at = e.end;
+  }
+  if (at < data_size)
+    fail(DP_ERR_IO, path + ": " + std::to_string(data_size - at) + " bytes after the last tensor belong to no tensor (header says " +
+                        std::to_string(at) + " bytes of tensor data, file has " + std::to_string(data_size) + ")");
+
+  if (with_data) {
+    out.data.resize(static_cast<size_t>(data_size));
+    read_exact(file.f, out.data.data(), out.data.size(), path, "the tensor data");
+  }
+  return out;
+}
+
+std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& kv : metadata) {
+      if (m.contains(kv.first)) fail(DP_ERR_INVALID_ARGUMENT, "metadata key '" + kv.first + "' given twice");
+      m[kv.first] = kv.second;
+    }
+    h["__metadata__"] = std::move(m);
+  }
+  uint64_t at = 0;
+  for (const StOut& t : tensors) {
+    if (t.name == "__metadata__") fail(DP_ERR_INVALID_ARGUMENT, "a tensor cannot be named __metadata__");
+    if (h.contains(t.name)) fail(DP_ERR_INVALID_ARGUMENT, "two tensors are named '" + t.name + "'");
+    size_t esize = st_dtype_size(t.dtype);
+    if (!esize) fail(DP_ERR_INTERNAL, "unknown safetensors dtype '" + t.dtype + "'");
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    uint64_t end = at + numel * esize;
+    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, end}}};
+    at = end;
+  }
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+namespace {
+
+// The temporary file: removed unless commit() ran.
+struct TempFile {
+  std::string path;
+  FILE* f = nullptr;
+  bool keep = false;
+  ~TempFile() {
+    if (f) std::fclose(f);
+    if (!keep) std::remove(path.c_str());
+  }
+};
+
+std::string dir_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<StOut>& tensors,
+                       const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::string head = st_header(tensors, metadata);
+  TempFile tmp;
+  tmp.path = path + ".tmp-" + std::to_string(static_cast<long>(getpid()));
+  tmp.f = std::fopen(tmp.path.c_str(), "wb");
+  if (!tmp.f) {
+    tmp.keep = true;  // nothing was created
+    fail(DP_ERR_IO, path + ": cannot create the temporary file '" + tmp.path + "': " + sys_error());
+  }
+  auto put = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, tmp.f) != n) fail(DP_ERR_IO, path + ": cannot write '" + tmp.path + "': " + sys_error());
+  };
+  put(head.data(), head.size());
+  for (const StOut& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    put(t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype)));
+  }
+  if (std::fflush(tmp.f) != 0) fail(DP_ERR_IO, path + ": cannot write '" + tmp.path + "': " + sys_error());
+  if (fsync(fileno(tmp.f)) != 0) fail(DP_ERR_IO, path + ": cannot fsync '" + tmp.path + "': " + sys_error());
+  FILE* f = tmp.f;
+  tmp.f = nullptr;
+  if (std::fclose(f) != 0) fail(DP_ERR_IO, path + ": cannot close '" + tmp.path + "': " + sys_error());
+  if (std::rename(tmp.path.c_str(), path.c_str()) != 0)
+    fail(DP_ERR_IO, path + ": cannot rename '" + tmp.path + "' over it: " + sys_error());
+  tmp.keep = true;
+  // Make the rename itself durable. Some file systems cannot fsync a
+  // directory (EINVAL): the file is in place, so that is not an error.
+  std::string dir = dir_of(path);
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(DP_ERR_IO, path + ": written, but cannot open its directory '" + dir + "' to fsync it: " + sys_error());
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0 && err != EINVAL) {
+    errno = err;
+    fail(DP_ERR_IO, path + ": written, but cannot fsync its directory '" + dir + "': " + sys_error());
+  }
+}
+
+}  // namespace dp::io

@@ -1,0 +1,66 @@
+// The safetensors format (https://github.com/huggingface/safetensors): an
+// 8-byte little-endian header size N, N bytes of JSON header (padded with
+// spaces to a multiple of 8), then the data buffer. The header maps each
+// tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+// into the data buffer, which the tensors cover exactly: no gap, no overlap)
+// and "__metadata__" to an object of strings. Data is little-endian,
+// row-major.
+//
+// Reading validates all of it and throws dp::Error(DP_ERR_IO) with a message
+// that starts with the file's path and says what is wrong. Writing is atomic:
+// a temporary file next to the target, fsynced, renamed over it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dp::io {
+
+struct StEntry {
+  std::string name;
+  std::string dtype;  // "F32", "I64", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data buffer
+};
+
+struct StFile {
+  std::string path;
+  std::vector<StEntry> entries;  // sorted by data offset
+  std::map<std::string, size_t> by_name;  // index into entries
+  std::map<std::string, std::string> metadata;
+  std::vector<unsigned char> data;  // empty when read without data
+
+  const StEntry* find(const std::string& name) const;
+  const unsigned char* bytes(const StEntry& e) const { return data.data() + e.begin; }
+};
+
+// Bytes per element of a safetensors dtype; 0 when the dtype is unknown.
+size_t st_dtype_size(const std::string& dtype);
+
+// Reads and validates a file. With with_data false only the header is read
+// (the sizes are still checked against the file's size).
+StFile read_safetensors(const std::string& path, bool with_data = true);
+
+struct StOut {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // shape's element count * dtype size bytes, little-endian
+};
+
+// The file's first bytes: the 8-byte size and the padded JSON header, with
+// offsets for the tensors in the order given. Throws DP_ERR_INVALID_ARGUMENT
+// on a duplicate or reserved name.
+std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata);
+
+// Writes path.tmp-<pid>, fsyncs it, renames it over path and fsyncs the
+// directory; on any failure removes the temporary file and throws
+// DP_ERR_IO with the system's reason. path is untouched unless the rename
+// happened.
+void write_safetensors(const std::string& path, const std::vector<StOut>& tensors,
+                       const std::vector<std::pair<std::string, std::string>>& metadata);
+
+}  // namespace dp::io

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what dp needs from Debian's packages, builds it into ./build, and
-# runs the main job. Until the trainer lands (`dp train`, Fashion-MNIST), the
-# main job is examples/toy: the tutorial's DataParallel toy over all local CPUs.
+# runs the main job: train examples/fashion_mnist_mlp.json on Fashion-MNIST
+# over all local devices (one CPU device per core).
 #
-#   ./setup.sh            install + build + run
+#   ./setup.sh            install + build + train
 #   ./setup.sh --deps     install only
+#   ./setup.sh --toy      install + build + the tutorial's DataParallel toy
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,6 +26,9 @@ fi
 [ -d build ] || meson setup build
 ninja -C build
 
-devices=$(seq -s, -f 'cpu:%g' 0 $(( $(nproc) - 1 )))
-echo "== examples/toy over $devices"
-build/examples/toy "$devices"
+if [ "${1:-}" = "--toy" ]; then
+  build/examples/toy "$(seq -s, -f 'cpu:%g' 0 $(( $(nproc) - 1 )))"
+  exit 0
+fi
+build/src/cli/dp train examples/fashion_mnist_mlp.json --data fashion-mnist --devices auto --epochs 5 \
+  --batch-size 64 --optimizer '{"type": "adam", "lr": 0.001}' --lr-schedule cosine

@@ -71,9 +71,33 @@ DP_API const char* dp_version(void);
 /* A static name of a status ("DP_ERR_MODEL"). */
 DP_API const char* dp_status_name(dp_status status);
 
-/* ---- Context: holds the layer registry (and later, loaded plugins). ---- */
+/* ---- Context: holds the layer registry and the loaded plugins. ---- */
 DP_API dp_status dp_context_create(dp_context** out);
+/* Unloads the context's plugins once nothing built from them remains:
+ * destroy models (and their groups) before their context. */
 DP_API void dp_context_destroy(dp_context* ctx);
+
+/* ---- Plugins: layer types from shared libraries (dp_plugin.h,
+ * docs/plugins.md). ----
+ * Loads a plugin into the context (dlopen RTLD_NOW | RTLD_LOCAL) and
+ * registers its layer types for the models built from this context. path
+ * with a '/' is a file path (relative to the current directory); a bare name
+ * ("swish") is searched in the directories of DP_PLUGIN_PATH (colon-
+ * separated; as given, then name.so, then libname.so), then in the current
+ * directory. A model's JSON may list plugins too: {"plugins": ["./swish.so"]}
+ * (relative to the model file for dp_model_from_file). Loading a library
+ * already loaded is a no-op. DP_ERR_PLUGIN, with nothing registered and the
+ * context unchanged, for: a missing file, a library without dp_plugin_init,
+ * a host API version this dp lacks, a type name already known (built in or
+ * from another plugin), or an init that fails (its message is included).
+ * Not thread-safe with other uses of the same context (models being built). */
+DP_API dp_status dp_context_load_plugin(dp_context* ctx, const char* path);
+/* How many plugins the context has loaded. */
+DP_API dp_status dp_context_num_plugins(const dp_context* ctx, int* count);
+/* Plugin `index` (load order): its canonical path and the layer types it
+ * registered with their versions, "swish@1,rms_norm@1". Both strings are
+ * owned by the context. */
+DP_API dp_status dp_context_plugin_info(const dp_context* ctx, int index, const char** path, const char** layer_types);
 
 /* ---- Models: built from JSON (docs/model-format.md). ---- */
 DP_API dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out);

@@ -93,7 +93,9 @@ dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out) 
   DP_CHECK_ARG(ctx && json && out, "ctx, json and out must not be NULL");
   auto m = std::make_unique<dp_model>();
   m->ctx = ctx;
-  m->model = dp::Model::from_json(ctx->registry, json);
+  m->model = dp::Model::from_json(ctx->registry, json, [ctx](const std::string& entry, const std::string&) {
+    ctx->plugins.load(ctx->registry, entry, "");  // relative paths: the current directory
+  });
   *out = m.release();
   DP_GUARD_END
 }
@@ -109,7 +111,11 @@ dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out) 
   auto m = std::make_unique<dp_model>();
   m->ctx = ctx;
   try {
-    m->model = dp::Model::from_json(ctx->registry, text.str());
+    // A model file's relative plugin paths are relative to the file.
+    std::string file = path, dir = file.find('/') == std::string::npos ? "" : file.substr(0, file.rfind('/') + 1);
+    m->model = dp::Model::from_json(ctx->registry, text.str(), [ctx, dir](const std::string& entry, const std::string&) {
+      ctx->plugins.load(ctx->registry, entry, dir);
+    });
   } catch (const dp::Error& e) {
     fail(e.status(), std::string(path) + ": " + e.what());
   }

@@ -6,8 +6,13 @@
 #include "layers/registry.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "plugin/plugin.h"
 
 struct dp_context {
+  // Declared first, so destroyed last: the registry's plugin factories go
+  // before the context's hold on the libraries (which close when nothing
+  // built from them remains).
+  dp::Plugins plugins;
   dp::Registry registry;
 };
 

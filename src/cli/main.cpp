@@ -4,6 +4,8 @@
 //   dp eval MODEL.json CKPT --data fashion-mnist
 //   dp bench MODEL.json --devices cpu:0,cpu:1 --batch-size 256 --steps 50
 //   dp devices
+//   dp plugins ./swish.so rms_norm     (loads plugins and lists what they register)
+//   --plugin PATH (repeatable) on train, eval and bench loads a plugin first
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input (the
 // reason on stderr), 130 stopped by Ctrl-C (after the current step, with a
@@ -24,6 +26,12 @@ struct TrainOptions {
   std::string save, resume, log, plot, lr_schedule = "constant";
   int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1;
 };
+
+// --plugin PATH, repeatable: loaded into each command's context first.
+static std::vector<std::string> g_plugins;
+static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths) {
+  for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), "--plugin " + p);
+}
 
 static volatile std::sig_atomic_t g_stop = 0;
 static void on_sigint(int) { g_stop = 1; }
@@ -92,6 +100,7 @@ static std::string json_num(double v) {
 static int train(const TrainOptions& o) {
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
+  load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, o.model);
   Data data = open_data(c, o.data, model.get(), static_cast<uint64_t>(o.seed));
@@ -202,6 +211,7 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
                 const std::string& devices, int64_t batch_size, int64_t workers) {
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
+  load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, model_path);
   Group group = make_group(model.get(), devices, 1);
@@ -227,6 +237,7 @@ static int bench(const std::string& model_path, const std::string& devices, int6
                  int64_t threads, const std::string& optimizer) {
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
+  load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, model_path);
   Group group = make_group(model.get(), devices, threads);
@@ -249,6 +260,22 @@ static int bench(const std::string& model_path, const std::string& devices, int6
               "\"threads_per_device\": %lld, \"loss\": %s}\n",
               json_num(batch * steps / sec).c_str(), json_num(sec).c_str(), (long long)steps, (long long)batch, ndev,
               (long long)threads, json_num(loss).c_str());
+  return kOk;
+}
+
+static int plugins(const std::vector<std::string>& paths) {
+  dp_context* c = nullptr;
+  check(dp_context_create(&c), "context");
+  Context ctx(c);
+  load_plugins(c, paths);
+  int n = 0;
+  check(dp_context_num_plugins(c, &n), "plugins");
+  if (n == 0) std::printf("no plugins loaded (name them: dp plugins PATH...; bare names are searched in DP_PLUGIN_PATH)\n");
+  for (int i = 0; i < n; ++i) {
+    const char *path = nullptr, *types = nullptr;
+    check(dp_context_plugin_info(c, i, &path, &types), "plugins");
+    std::printf("%s: %s\n", path, types);
+  }
   return kOk;
 }
 
@@ -307,6 +334,12 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("devices", "list the devices dp can use");
 
+  std::vector<std::string> p_paths;
+  auto* plugins_cmd = app.add_subcommand("plugins", "load plugins and list the layer types they register");
+  plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
+  for (auto* cmd : {train_cmd, eval_cmd, bench_cmd})
+    cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -317,6 +350,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers);
     if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
+    if (*plugins_cmd) return plugins(p_paths);
     return devices();
   } catch (const Failure& f) {
     std::fprintf(stderr, "\ndp: %s\n", f.what());

@@ -18,6 +18,61 @@
 namespace dp {
 
 namespace {
+
+// Per-plane sums in float with eight independent partial sums, so the loop
+// vectorises (one double accumulator per element was a serial chain of
+// latency-bound adds); the order is fixed, so results stay deterministic.
+// Planes are then summed in double.
+constexpr int kLanes = 8;
+
+double plane_sum(const float* __restrict p, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += p[j + k];
+  double s = 0;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  for (; j < n; ++j) s += p[j];
+  return s;
+}
+
+double plane_sq_dev(const float* __restrict p, int64_t n, float mu) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float d = p[j + k] - mu;
+      acc[k] += d * d;
+    }
+  double s = 0;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  for (; j < n; ++j) s += double(p[j] - mu) * double(p[j] - mu);
+  return s;
+}
+
+// sum g and sum g * (x - m) * is over one plane.
+void plane_g_sums(const float* __restrict g, const float* __restrict x, int64_t n, float m, float is, double* sg,
+                  double* sgx) {
+  float a[kLanes] = {}, b[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      a[k] += g[j + k];
+      b[k] += g[j + k] * ((x[j + k] - m) * is);
+    }
+  for (int k = 0; k < kLanes; ++k) *sg += a[k], *sgx += b[k];
+  for (; j < n; ++j) *sg += g[j], *sgx += double(g[j]) * ((x[j] - m) * is);
+}
+
+void plane_affine(const float* __restrict x, float* __restrict y, int64_t n, float a, float b) {
+  for (int64_t j = 0; j < n; ++j) y[j] = a * x[j] + b;
+}
+
+void plane_grad(const float* __restrict g, const float* __restrict x, float* __restrict gx, int64_t n, float a,
+                float mg, float m, float is, float mgx) {
+  for (int64_t j = 0; j < n; ++j) gx[j] = a * (g[j] - mg - (x[j] - m) * is * mgx);
+}
+
 class BatchNorm final : public Layer {
  public:
   std::string kind_;  // "batch_norm", "batch_norm1d", "batch_norm2d"
@@ -73,19 +128,10 @@ class BatchNorm final : public Layer {
         double mu, var;
         if (batch_stats) {
           double s = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            const float* p = xs + (i * C_ + c) * S_;
-            for (int64_t j = 0; j < S_; ++j) s += p[j];
-          }
+          for (int64_t i = 0; i < n; ++i) s += plane_sum(xs + (i * C_ + c) * S_, S_);
           mu = M > 0 ? s / static_cast<double>(M) : 0.0;
           double q = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            const float* p = xs + (i * C_ + c) * S_;
-            for (int64_t j = 0; j < S_; ++j) {
-              double dv = p[j] - mu;
-              q += dv * dv;
-            }
-          }
+          for (int64_t i = 0; i < n; ++i) q += plane_sq_dev(xs + (i * C_ + c) * S_, S_, static_cast<float>(mu));
           var = M > 0 ? q / static_cast<double>(M) : 0.0;
           if (stats) {
             stats[c] = static_cast<float>(mu);
@@ -100,11 +146,7 @@ class BatchNorm final : public Layer {
         mean[c] = m, invstd[c] = is;
         float a = gamma ? gamma[c] * is : is;
         float b = (beta ? beta[c] : 0.f) - a * m;
-        for (int64_t i = 0; i < n; ++i) {
-          const float* p = xs + (i * C_ + c) * S_;
-          float* q = ys + (i * C_ + c) * S_;
-          for (int64_t j = 0; j < S_; ++j) q[j] = a * p[j] + b;
-        }
+        for (int64_t i = 0; i < n; ++i) plane_affine(xs + (i * C_ + c) * S_, ys + (i * C_ + c) * S_, S_, a, b);
       }
     });
   }
@@ -129,14 +171,7 @@ class BatchNorm final : public Layer {
       for (int64_t c = cb; c < ce; ++c) {
         const float m = mean[c], is = invstd[c];
         double sg = 0, sgx = 0;  // sum g, sum g * xhat
-        for (int64_t i = 0; i < n; ++i) {
-          const float* p = xs + (i * C_ + c) * S_;
-          const float* g = gs + (i * C_ + c) * S_;
-          for (int64_t j = 0; j < S_; ++j) {
-            sg += g[j];
-            sgx += static_cast<double>(g[j]) * ((p[j] - m) * is);
-          }
-        }
+        for (int64_t i = 0; i < n; ++i) plane_g_sums(gs + (i * C_ + c) * S_, xs + (i * C_ + c) * S_, S_, m, is, &sg, &sgx);
         if (dgamma) {
           dgamma[c] += static_cast<float>(sgx);
           dbeta[c] += static_cast<float>(sg);
@@ -150,10 +185,8 @@ class BatchNorm final : public Layer {
           mgx = static_cast<float>(sgx / static_cast<double>(M));
         }
         for (int64_t i = 0; i < n; ++i) {
-          const float* p = xs + (i * C_ + c) * S_;
-          const float* g = gs + (i * C_ + c) * S_;
-          float* q = gx + (i * C_ + c) * S_;
-          for (int64_t j = 0; j < S_; ++j) q[j] = a * (g[j] - mg - (p[j] - m) * is * mgx);
+          const int64_t o = (i * C_ + c) * S_;
+          plane_grad(gs + o, xs + o, gx + o, S_, a, mg, m, is, mgx);
         }
       }
     });

@@ -54,6 +54,15 @@ class Conv2d final : public Layer {
     return p;
   }
 
+  // Output columns [lo, hi) whose input column ow*sw + off is inside [0, W):
+  // computed once per kernel column, so the copy loops below have no bounds
+  // checks (they were a branch per element).
+  void valid_cols(int64_t off, int64_t* lo, int64_t* hi) const {
+    *lo = off < 0 ? std::min(Wo_, (-off + sw_ - 1) / sw_) : 0;
+    *hi = W_ - off <= 0 ? 0 : std::min(Wo_, (W_ - off + sw_ - 1) / sw_);
+    if (*hi < *lo) *hi = *lo;
+  }
+
   void im2col(const float* x, float* col) const {
     const int64_t HoWo = Ho_ * Wo_;
     for (int64_t c = 0; c < cin_; ++c)
@@ -61,28 +70,27 @@ class Conv2d final : public Layer {
         for (int64_t kj = 0; kj < kw_; ++kj) {
           float* row = col + ((c * kh_ + ki) * kw_ + kj) * HoWo;
           const float* xc = x + c * H_ * W_;
+          const int64_t off = kj * dw_ - pw_;
+          int64_t lo, hi;
+          valid_cols(off, &lo, &hi);
           for (int64_t oh = 0; oh < Ho_; ++oh) {
-            int64_t ih = oh * sh_ - ph_ + ki * dh_;
+            const int64_t ih = oh * sh_ - ph_ + ki * dh_;
             float* r = row + oh * Wo_;
             if (ih < 0 || ih >= H_) {
               std::memset(r, 0, sizeof(float) * Wo_);
               continue;
             }
-            const float* xr = xc + ih * W_;
-            int64_t off = kj * dw_ - pw_;
-            if (sw_ == 1 && off >= 0 && off + Wo_ <= W_) {
-              std::memcpy(r, xr + off, sizeof(float) * Wo_);
-              continue;
-            }
-            for (int64_t ow = 0; ow < Wo_; ++ow) {
-              int64_t iw = ow * sw_ + off;
-              r[ow] = (iw >= 0 && iw < W_) ? xr[iw] : 0.f;
-            }
+            const float* xr = xc + ih * W_ + off;
+            for (int64_t ow = 0; ow < lo; ++ow) r[ow] = 0.f;
+            if (sw_ == 1)
+              std::memcpy(r + lo, xr + lo, sizeof(float) * (hi - lo));
+            else
+              for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * sw_];
+            for (int64_t ow = hi; ow < Wo_; ++ow) r[ow] = 0.f;
           }
         }
   }
 
-  // gx (zeroed by the caller) += col2im(col)
   void col2im(const float* col, float* gx) const {
     const int64_t HoWo = Ho_ * Wo_;
     for (int64_t c = 0; c < cin_; ++c)
@@ -90,22 +98,26 @@ class Conv2d final : public Layer {
         for (int64_t kj = 0; kj < kw_; ++kj) {
           const float* row = col + ((c * kh_ + ki) * kw_ + kj) * HoWo;
           float* gc = gx + c * H_ * W_;
+          const int64_t off = kj * dw_ - pw_;
+          int64_t lo, hi;
+          valid_cols(off, &lo, &hi);
           for (int64_t oh = 0; oh < Ho_; ++oh) {
-            int64_t ih = oh * sh_ - ph_ + ki * dh_;
+            const int64_t ih = oh * sh_ - ph_ + ki * dh_;
             if (ih < 0 || ih >= H_) continue;
-            const float* r = row + oh * Wo_;
-            float* gr = gc + ih * W_;
-            int64_t off = kj * dw_ - pw_;
-            for (int64_t ow = 0; ow < Wo_; ++ow) {
-              int64_t iw = ow * sw_ + off;
-              if (iw >= 0 && iw < W_) gr[iw] += r[ow];
-            }
+            add_row(row + oh * Wo_, gc + ih * W_ + off, lo, hi, sw_);
           }
         }
   }
 
-  // How the batch is split: `parts` ranges of samples run at once, each gemm
-  // getting `gpool`.
+  // dst[ow * stride] += src[ow] for ow in [lo, hi); __restrict parameters so
+  // the unit-stride case vectorises.
+  static void add_row(const float* __restrict src, float* __restrict dst, int64_t lo, int64_t hi, int64_t stride) {
+    if (stride == 1)
+      for (int64_t ow = lo; ow < hi; ++ow) dst[ow] += src[ow];
+    else
+      for (int64_t ow = lo; ow < hi; ++ow) dst[ow * stride] += src[ow];
+  }
+
   void plan(const RunCtx& ctx, int64_t n, int64_t* parts, Workers** gpool) const {
     if (ctx.pool && ctx.pool->size() > 1 && n >= ctx.pool->size()) {
       *parts = ctx.pool->size();

@@ -3,6 +3,7 @@
 // replicas of a model and must be stateless during forward/backward (several
 // replicas call it at once). Per-replica memory lives in LayerIO::scratch.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,7 +103,28 @@ class Loss {
   virtual double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const = 0;
 };
 
-using LayerFactory = std::unique_ptr<Layer> (*)(Args& args);
+// Makes a layer from its JSON arguments: a plain function (the built-ins) or
+// a shared function object carrying state (a plugin's layer type). Copies
+// compare equal when they make layers the same way; null when unset.
+class LayerFactory {
+ public:
+  using Fn = std::unique_ptr<Layer> (*)(Args& args);
+  using Stateful = std::function<std::unique_ptr<Layer>(Args& args)>;
+  LayerFactory(Fn fn = nullptr) : fn_(fn) {}  // NOLINT: implicit, as the built-ins' list needs
+  LayerFactory(std::nullptr_t) {}
+  explicit LayerFactory(Stateful f) : state_(std::make_shared<const Stateful>(std::move(f))) {}
+
+  std::unique_ptr<Layer> operator()(Args& args) const { return state_ ? (*state_)(args) : fn_(args); }
+  explicit operator bool() const { return fn_ != nullptr || state_ != nullptr; }
+  bool operator==(const LayerFactory& o) const { return fn_ == o.fn_ && state_ == o.state_; }
+  bool operator!=(const LayerFactory& o) const { return !(*this == o); }
+  bool operator==(std::nullptr_t) const { return !*this; }
+  bool operator!=(std::nullptr_t) const { return !!*this; }
+
+ private:
+  Fn fn_ = nullptr;
+  std::shared_ptr<const Stateful> state_;
+};
 using LossFactory = std::unique_ptr<Loss> (*)(Args& args);
 
 }  // namespace dp

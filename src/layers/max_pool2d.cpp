@@ -1,6 +1,8 @@
 // MaxPool2d. The forward saves, per output, the flat index (within its input
 // plane) of the maximum; the backward scatters the gradient there. Ties keep
 // the first maximum, as PyTorch does.
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "layers/builtin.h"
@@ -38,33 +40,53 @@ class MaxPool2d final : public Layer {
     float* ys = io.out->f32();
     int64_t* am = arg.i64();
     parallel_for(ctx.pool, planes, 1 + kElemGrain / (H_ * W_ + 1), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl) {
-        const float* xp = xs + pl * H_ * W_;
-        float* yp = ys + pl * Ho_ * Wo_;
-        int64_t* ap = am + pl * Ho_ * Wo_;
-        for (int64_t oh = 0; oh < Ho_; ++oh)
-          for (int64_t ow = 0; ow < Wo_; ++ow) {
-            float best = -std::numeric_limits<float>::infinity();
-            int64_t bi = -1;
-            for (int64_t i = 0; i < kh_; ++i) {
-              int64_t ih = oh * sh_ - ph_ + i * dh_;
-              if (ih < 0 || ih >= H_) continue;
-              for (int64_t j = 0; j < kw_; ++j) {
-                int64_t iw = ow * sw_ - pw_ + j * dw_;
-                if (iw < 0 || iw >= W_) continue;
-                float v = xp[ih * W_ + iw];
-                if (bi < 0 || v > best || v != v) {
-                  best = v, bi = ih * W_ + iw;
-                  if (v != v) goto done;
-                }
-              }
-            }
-          done:
-            yp[oh * Wo_ + ow] = best;
-            ap[oh * Wo_ + ow] = bi;
-          }
-      }
+      for (int64_t pl = b; pl < e; ++pl) pool_plane(xs + pl * H_ * W_, ys + pl * Ho_ * Wo_, am + pl * Ho_ * Wo_);
     });
+  }
+
+  // One output row at a time, tap by tap across the whole row: the outputs of
+  // a row are independent, so the loop over them vectorises, and the running
+  // maximum is kept with selects (on real data "v > best" is a coin toss: a
+  // branch per tap mispredicts half the time). Taps are visited in the same
+  // order for every output, so the first maximum wins ties and the first NaN
+  // wins outright, as in PyTorch. Dimensions are copied to locals: stores
+  // through yp/ap could otherwise alias the members.
+  void pool_plane(const float* __restrict xp, float* __restrict yp, int64_t* __restrict ap) const {
+    const int64_t H = H_, W = W_, Ho = Ho_, Wo = Wo_, kh = kh_, kw = kw_, sh = sh_, sw = sw_, ph = ph_, pw = pw_,
+                  dh = dh_, dw = dw_;
+    constexpr int64_t kRow = 256;  // outputs per chunk of a row
+    float best[kRow];
+    int32_t bi[kRow];
+    for (int64_t oh = 0; oh < Ho; ++oh) {
+      const int64_t h0 = oh * sh - ph;
+      for (int64_t c0 = 0; c0 < Wo; c0 += kRow) {
+        const int64_t c1 = std::min(Wo, c0 + kRow), n = c1 - c0;
+        for (int64_t o = 0; o < n; ++o) best[o] = -std::numeric_limits<float>::infinity(), bi[o] = -1;
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t ih = h0 + i * dh;
+          if (ih < 0 || ih >= H) continue;
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t off = j * dw - pw;  // input column of output ow is ow * sw + off
+            const int64_t lo = std::max(c0, off < 0 ? (-off + sw - 1) / sw : 0);
+            const int64_t hi = std::min(c1, W - off <= 0 ? 0 : (W - off + sw - 1) / sw);
+            tap_row(xp + ih * W + off, static_cast<int32_t>(ih * W + off), sw, lo - c0, hi - c0, c0, best, bi);
+          }
+        }
+        for (int64_t o = 0; o < n; ++o) yp[oh * Wo + c0 + o] = best[o], ap[oh * Wo + c0 + o] = bi[o];
+      }
+    }
+  }
+
+  // best[o], bi[o] take x[(c0 + o) * sw] (flat index base + (c0 + o) * sw) where it wins.
+  static void tap_row(const float* __restrict x, int32_t base, int64_t sw, int64_t lo, int64_t hi, int64_t c0,
+                      float* __restrict best, int32_t* __restrict bi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      const float v = x[(c0 + o) * sw];
+      const float b = best[o];
+      const bool take = (bi[o] < 0) | (v > b) | ((v != v) & (b == b));
+      best[o] = take ? v : b;
+      bi[o] = take ? base + static_cast<int32_t>((c0 + o) * sw) : bi[o];
+    }
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) const override {

@@ -13,7 +13,9 @@ class Registry {
  public:
   Registry();  // with every built-in
   void add_layer(const std::string& type, LayerFactory f);
+  void remove_layer(const std::string& type) { layers_.erase(type); }
   void add_loss(const std::string& type, LossFactory f);
+  bool has_layer(const std::string& type) const { return layers_.count(type) != 0; }
   // Null when unknown.
   LayerFactory layer(const std::string& type) const;
   LossFactory loss(const std::string& type) const;

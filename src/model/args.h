@@ -20,6 +20,7 @@ class Args {
   Args(const nlohmann::json& obj, std::string path);
 
   const std::string& path() const { return path_; }
+  const nlohmann::json& object() const { return obj_; }  // the JSON object read (plugins get it as text)
   std::string path_of(const char* key) const { return path_ + "/" + key; }
   bool has(const char* key) const;
 

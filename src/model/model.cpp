@@ -48,7 +48,8 @@ static std::vector<int> resolve_inputs(const json& spec, const std::string& path
   return out;
 }
 
-std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::string& text) {
+std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::string& text,
+                                        const PluginHook& load_plugin) {
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
@@ -63,6 +64,25 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   top.accept("description");
   top.accept("input");
   top.accept("loss");
+
+  // "plugins": libraries that register layer types, loaded before the layers
+  // are read (docs/plugins.md). The hook resolves relative paths.
+  if (doc.contains("plugins")) {
+    top.accept("plugins");
+    const json& list = doc["plugins"];
+    if (!list.is_array()) fail(DP_ERR_MODEL, "/plugins: expected a list of plugin paths or names, got " + list.dump());
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::string p = "/plugins/" + std::to_string(i);
+      if (!list[i].is_string() || list[i].get<std::string>().empty())
+        fail(DP_ERR_MODEL, p + ": expected a plugin path or name, got " + list[i].dump());
+      if (!load_plugin) fail(DP_ERR_PLUGIN, p + ": plugins cannot be loaded here (build the model through a dp_context)");
+      try {
+        load_plugin(list[i].get<std::string>(), p);
+      } catch (const Error& e) {
+        fail(e.status(), p + ": " + e.what());
+      }
+    }
+  }
 
   if (!doc.contains("input")) fail(DP_ERR_MODEL, "/input: missing; expected {\"shape\": [...]} (the shape of one sample)");
   {

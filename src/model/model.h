@@ -3,6 +3,7 @@
 // yields them), gradients in a second, buffers in a third. One flat array is
 // what makes gradient reduction, optimizers and checkpoints simple loops.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,14 @@ struct NamedTensor {
 
 class Model {
  public:
-  // Throws dp::Error (DP_ERR_JSON, DP_ERR_MODEL, DP_ERR_SHAPE) naming the JSON path.
-  static std::unique_ptr<Model> from_json(const Registry& registry, const std::string& text);
+  // Loads the plugin named by entry i of the top-level "plugins" list (json_path
+  // "/plugins/i") into the registry being built from; throws dp::Error.
+  using PluginHook = std::function<void(const std::string& entry, const std::string& json_path)>;
+
+  // Throws dp::Error (DP_ERR_JSON, DP_ERR_MODEL, DP_ERR_SHAPE, DP_ERR_PLUGIN)
+  // naming the JSON path. Without a hook, a "plugins" key is an error.
+  static std::unique_ptr<Model> from_json(const Registry& registry, const std::string& text,
+                                          const PluginHook& load_plugin = nullptr);
 
   uint64_t seed = 0;
   Shape input_shape;  // per sample

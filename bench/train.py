@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Training samples/s of the Fashion-MNIST MLP and CNN on 1 and 2 CPU devices,
+side by side: `dp bench` (synthetic data already in memory, so this measures
+the training step, not the loader: bench/loader measures that), interleaved
+rounds, medians and ratios. The last line is one JSON object.
+
+    python3 bench/train.py [build/src/cli/dp] [rounds]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+dp = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, '..', 'build', 'src', 'cli', 'dp')
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+models = {'mlp': ('fashion_mnist_mlp.json', 256, 40), 'cnn': ('fashion_mnist_cnn.json', 64, 10)}
+configs = [('1 device', 'cpu:0'), ('2 devices', 'cpu:0,cpu:1')]
+rates = {(m, c): [] for m in models for c, _ in configs}
+for _ in range(rounds):
+    for m, (path, batch, steps) in models.items():
+        for label, devices in configs:
+            out = subprocess.run([dp, 'bench', os.path.join(here, '..', 'examples', path), '--devices', devices,
+                                  '--batch-size', str(batch), '--steps', str(steps)],
+                                 capture_output=True, text=True, check=True).stdout
+            rates[(m, label)].append(json.loads(out.strip().splitlines()[-1])['samples_per_second'])
+print(f'OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE", "(unset)")}; {rounds} interleaved rounds, medians')
+print(f'{"model":6} {"batch":>5} {"1 device":>12} {"2 devices":>12} {"ratio":>7}')
+result = {}
+for m, (path, batch, _) in models.items():
+    one, two = (statistics.median(rates[(m, c)]) for c, _ in configs)
+    print(f'{m:6} {batch:5d} {one:12.0f} {two:12.0f} {two / one:6.2f}x')
+    result[m] = {'one_device': round(one, 1), 'two_devices': round(two, 1), 'ratio': round(two / one, 3)}
+print(json.dumps(result))

@@ -1,0 +1,52 @@
+// Layer plugins (include/dp_plugin.h, docs/plugins.md): shared libraries
+// loaded with dlopen(RTLD_NOW | RTLD_LOCAL) that register layer types into a
+// context's registry through the host's function table. A plugin's type
+// becomes a dp::Layer (PluginLayer, plugin.cpp), so a model, a group, the
+// optimizers, checkpoints and the gradient checker treat it as a built-in.
+//
+// Lifetime: the library stays open while anything refers to it: the context
+// (Plugins), the registry's factories, and every layer built from its types;
+// dlclose runs when the last of these goes.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/registry.h"
+
+namespace dp {
+
+struct PluginLib;
+
+class Plugins {
+ public:
+  struct Info {
+    std::string path;   // canonical path of the library
+    std::string types;  // "swish@1,rms_norm@1": the types it registered, with versions
+  };
+
+  // Loads the plugin named by entry and registers its types into registry,
+  // all or nothing. entry with a '/' is a path, relative to base_dir ("" =
+  // the current directory); a bare name is searched in DP_PLUGIN_PATH
+  // (colon-separated directories; as given, then <name>.so, then
+  // lib<name>.so), then in base_dir. Loading a library already loaded is a
+  // no-op. Throws DP_ERR_PLUGIN (and registers nothing) when the file is
+  // missing or not loadable, lacks dp_plugin_init, asks for a host API
+  // version this host lacks, registers a type name already known, or its
+  // init fails.
+  void load(Registry& registry, const std::string& entry, const std::string& base_dir);
+
+  const std::vector<Info>& info() const { return info_; }
+
+ private:
+  std::vector<std::shared_ptr<PluginLib>> libs_;
+  std::vector<Info> info_;
+  std::map<std::string, std::string> origin_;  // plugin type -> library path
+};
+
+// Where load() would look for entry: the file it finds, or "" (with the
+// places tried in *tried).
+std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried);
+
+}  // namespace dp

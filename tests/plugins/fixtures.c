@@ -1,0 +1,119 @@
+/* Small plugins for the load-failure tests and the overhead benchmark, one
+ * per FIXTURE_* macro (tests/plugins/meson.build builds each). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_plugin.h"
+
+static const dp_host_api* api;
+static int tag;
+static dp_plugin_registrar* base_registrar;
+
+static int create(void* user, dp_plugin_args* args, void** instance, char* err, size_t cap) {
+  (void)user, (void)args, (void)err, (void)cap;
+  *instance = &tag;
+#if defined(FIXTURE_FAILS_FORWARD)
+  {
+    double limit = 0;
+    float* p;
+    if (api->args_float(args, "max_input", 1e30, -1e30, 1e30, &limit)) return 1;
+    p = malloc(sizeof *p);
+    if (!p) return 1;
+    *p = (float)limit;
+    *instance = p;
+  }
+#endif
+  return 0;
+}
+static int infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* in, int32_t n, dp_plugin_shape* out,
+                 char* err, size_t cap) {
+  (void)instance, (void)build, (void)n, (void)err, (void)cap;
+  *out = in[0];
+  return 0;
+}
+static int64_t numel(const dp_plugin_tensor* t) {
+  int64_t k = 1;
+  int i;
+  for (i = 0; i < t->ndim; ++i) k *= t->shape[i];
+  return k;
+}
+/* relu (plugin_relu) or identity that fails on large inputs (fails_forward). */
+static int forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  const float* x = io->inputs[0].data;
+  float* y = io->output.data;
+  int64_t i, n = numel(&io->output);
+  (void)instance, (void)run, (void)err, (void)cap;
+#if defined(FIXTURE_FAILS_FORWARD)
+  for (i = 0; i < n; ++i)
+    if (x[i] > *(const float*)instance)
+      return snprintf(err, cap, "input %g exceeds max_input %g", (double)x[i], (double)*(const float*)instance), 1;
+  memcpy(y, x, (size_t)n * sizeof(float));
+#else
+  for (i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+#endif
+  return 0;
+}
+static int backward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  const float *x = io->inputs[0].data, *g = io->grad_output.data;
+  float* gx = io->grad_inputs[0].data;
+  int64_t i, n = numel(&io->grad_output);
+  (void)instance, (void)run, (void)err, (void)cap;
+  if (!gx) return 0;
+#if defined(FIXTURE_FAILS_FORWARD)
+  (void)x, (void)i;
+  memcpy(gx, g, (size_t)n * sizeof(float));
+#else
+  for (i = 0; i < n; ++i) gx[i] = x[i] > 0.f ? g[i] : 0.f;
+#endif
+  return 0;
+}
+
+#if !defined(FIXTURE_NO_INIT) && !defined(FIXTURE_WRONG_VERSION)
+static int add(const char* name) {
+  dp_plugin_layer_type t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.name = name;
+  t.version = 7;
+  t.min_inputs = t.max_inputs = 1;
+  t.create = create;
+#if defined(FIXTURE_FAILS_FORWARD)
+  t.destroy = free;
+#endif
+  t.infer = infer;
+  t.forward = forward;
+  t.backward = backward;
+  return api->register_layer(base_registrar, &t);
+}
+#endif
+
+#if defined(FIXTURE_NO_INIT)
+DP_PLUGIN_EXPORT int not_the_init(void) { return 0; }
+#else
+DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, size_t cap) {
+#if defined(FIXTURE_WRONG_VERSION)
+  api = base->get_api(base, 99);
+  if (!api) return snprintf(err, cap, "needs host API 99"), 1;
+  return 0;
+#else
+  api = base->get_api(base, DP_PLUGIN_ABI_VERSION);
+  if (!api) return snprintf(err, cap, "needs host API %d", DP_PLUGIN_ABI_VERSION), 1;
+  base_registrar = base->registrar;
+#if defined(FIXTURE_INIT_FAILS)
+  if (add("fixture_half")) return snprintf(err, cap, "unexpected"), 1;
+  return snprintf(err, cap, "refusing to load on purpose"), 1;
+#elif defined(FIXTURE_DUP_BUILTIN)
+  if (add("fixture_dup_first")) return 1;
+  return add("relu");
+#elif defined(FIXTURE_DUP_SWISH)
+  if (add("fixture_dup_second")) return 1;
+  return add("swish");
+#elif defined(FIXTURE_FAILS_FORWARD)
+  return add("fails_forward");
+#else /* FIXTURE_PLUGIN_RELU */
+  return add("plugin_relu");
+#endif
+#endif
+}
+#endif

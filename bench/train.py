@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Training samples/s of the Fashion-MNIST MLP and CNN on 1 and 2 CPU devices,
-side by side: `dp bench` (synthetic data already in memory, so this measures
-the training step, not the loader: bench/loader measures that), interleaved
+"""End-to-end training samples/s (loader with 2 workers + training step) of the
+Fashion-MNIST MLP and CNN on 1 and 2 CPU devices, side by side: `dp train
+--max-steps` on the real data (Debian's dataset-fashion-mnist), interleaved
 rounds, medians and ratios. The last line is one JSON object.
 
     python3 bench/train.py [build/src/cli/dp] [rounds]
@@ -15,17 +15,20 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 dp = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, '..', 'build', 'src', 'cli', 'dp')
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-models = {'mlp': ('fashion_mnist_mlp.json', 256, 40), 'cnn': ('fashion_mnist_cnn.json', 64, 10)}
+# model file, batch size, steps per measurement (a few seconds each)
+models = {'mlp': ('fashion_mnist_mlp.json', 64, 400), 'cnn': ('fashion_mnist_cnn.json', 64, 40)}
 configs = [('1 device', 'cpu:0'), ('2 devices', 'cpu:0,cpu:1')]
 rates = {(m, c): [] for m in models for c, _ in configs}
 for _ in range(rounds):
     for m, (path, batch, steps) in models.items():
         for label, devices in configs:
-            out = subprocess.run([dp, 'bench', os.path.join(here, '..', 'examples', path), '--devices', devices,
-                                  '--batch-size', str(batch), '--steps', str(steps)],
+            out = subprocess.run([dp, 'train', os.path.join(here, '..', 'examples', path), '--data', 'fashion-mnist',
+                                  '--devices', devices, '--batch-size', str(batch), '--max-steps', str(steps),
+                                  '--workers', '2'],
                                  capture_output=True, text=True, check=True).stdout
             rates[(m, label)].append(json.loads(out.strip().splitlines()[-1])['samples_per_second'])
-print(f'OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE", "(unset)")}; {rounds} interleaved rounds, medians')
+print(f'OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE", "(unset)")}; {rounds} interleaved rounds, medians; '
+      'loader (2 workers) + training step')
 print(f'{"model":6} {"batch":>5} {"1 device":>12} {"2 devices":>12} {"ratio":>7}')
 result = {}
 for m, (path, batch, _) in models.items():

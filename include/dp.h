@@ -139,6 +139,33 @@ DP_API dp_status dp_tensor_dtype(const dp_tensor* t, dp_dtype* dtype);
 /* Copies the contents out; bytes must be at least the tensor's size. */
 DP_API dp_status dp_tensor_copy_to_host(const dp_tensor* t, void* dst, size_t bytes);
 DP_API void dp_tensor_destroy(dp_tensor* t);
+/* Zero-copy tensors (what the Python binding's NumPy and DLPack support is
+ * built on).
+ *
+ * A borrowed tensor: a new tensor that views the caller's memory instead of
+ * owning a copy. data (not NULL, aligned to the element size) holds numel *
+ * element size bytes, row-major and contiguous, and must stay valid until the
+ * tensor is destroyed; dp reads it where the tensor is an input and writes it
+ * through dp_tensor_copy_from_host. release (may be NULL) is called once, with
+ * user, by dp_tensor_destroy: the owner's hook to let go of the memory (a
+ * DLPack deleter, a reference count). If the call fails, release is not called
+ * and the caller still owns data.
+ * A borrowed tensor never changes shape or storage: a call that would resize
+ * it (dp_loader_next, which reshapes the tensors it fills) fails with
+ * DP_ERR_INVALID_ARGUMENT ("cannot resize a borrowed tensor") and leaves it
+ * as it was. Every other call takes it like any tensor. */
+typedef void (*dp_release_fn)(void* user);
+DP_API dp_status dp_tensor_from_host_borrowed(dp_context* ctx, dp_dtype dtype, void* data, int ndim,
+                                              const int64_t* shape, dp_release_fn release, void* user,
+                                              dp_tensor** out);
+/* The address of a tensor's elements (row-major, contiguous; *data is NULL for
+ * an owned tensor that has never held an element). Reading and writing
+ * through it is allowed while no dp call uses the tensor. Valid until the
+ * tensor is resized (dp_loader_next may swap in other storage) or destroyed;
+ * a borrowed tensor's is always the caller's data. */
+DP_API dp_status dp_tensor_data(const dp_tensor* t, void** data);
+/* 1 if the tensor is borrowed (dp_tensor_from_host_borrowed), else 0. */
+DP_API dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed);
 
 /* ---- Device groups: nn.DataParallel over a list of devices. ---- */
 /* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed). The

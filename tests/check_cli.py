@@ -106,6 +106,11 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('eval', 'mlp.json', 'mlp.json', '--data', 'synthetic:64')
     expect(r.returncode == 2, 'eval of a non-checkpoint exits 2', r.stderr)
 
+    # --max-steps stops early (benchmarks), exit 0, no epoch completed.
+    r = run('train', 'mlp.json', *common, '--epochs', '3', '--max-steps', '5')
+    expect(r.returncode == 0 and last_json(r.stdout)['epochs'] == 0 and 'max-steps' in r.stderr, '--max-steps',
+           r.stdout + r.stderr)
+
     # Benchmark.
     r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '32', '--steps', '5')
     expect(r.returncode == 0 and last_json(r.stdout)['samples_per_second'] > 0, 'bench prints samples/s', r.stdout + r.stderr)

@@ -268,6 +268,39 @@ dp_status dp_tensor_copy_to_host(const dp_tensor* t, void* dst, size_t bytes) {
 
 void dp_tensor_destroy(dp_tensor* t) { delete t; }
 
+dp_status dp_tensor_from_host_borrowed(dp_context* ctx, dp_dtype dtype, void* data, int ndim, const int64_t* shape,
+                                       dp_release_fn release, void* user, dp_tensor** out) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
+  dp::Shape s = tensor_shape_arg("dp_tensor_from_host_borrowed", dtype, ndim, shape);
+  DP_CHECK_ARG(data, "data is NULL (a borrowed tensor needs an address, even with no elements)");
+  DP_CHECK_ARG(reinterpret_cast<uintptr_t>(data) % dp::dtype_size(dtype) == 0,
+               std::string("data is not aligned to the size of ") + dp::dtype_name(dtype) + " (" +
+                   std::to_string(dp::dtype_size(dtype)) + " bytes)");
+  auto t = std::make_unique<dp_tensor>();
+  t->t = dp::Tensor::view(data, dtype, s);
+  t->borrowed = true;
+  // Set last: from here nothing throws, so a failed call never releases.
+  t->release = release;
+  t->user = user;
+  *out = t.release();
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_data(const dp_tensor* t, void** data) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && data, "t and data must not be NULL");
+  *data = const_cast<void*>(t->t.data());
+  DP_GUARD_END
+}
+
+dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t && borrowed, "t and borrowed must not be NULL");
+  *borrowed = t->borrowed ? 1 : 0;
+  DP_GUARD_END
+}
+
 /* ---- groups ---- */
 
 dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out) {

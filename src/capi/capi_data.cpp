@@ -160,6 +160,9 @@ dp_status dp_loader_next(dp_loader* loader, dp_tensor* input, dp_tensor* target,
   DP_GUARD_BEGIN
   DP_CHECK_ARG(loader && input && target && rows, "loader, input, target and rows must not be NULL");
   DP_CHECK_ARG(input != target, "input and target must be distinct tensors");
+  DP_CHECK_ARG(!input->borrowed && !target->borrowed,
+               std::string("cannot resize a borrowed tensor (the ") + (input->borrowed ? "input" : "target") +
+                   "): dp_loader_next reshapes the tensors it fills; pass tensors from dp_tensor_create");
   *rows = loader->loader->next(input->t, target->t);
   DP_GUARD_END
 }

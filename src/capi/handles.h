@@ -23,6 +23,17 @@ struct dp_model {
 
 struct dp_tensor {
   dp::Tensor t;
+  // A borrowed tensor (dp_tensor_from_host_borrowed): t is a view of the
+  // caller's memory, which release(user) lets go of when the handle goes.
+  bool borrowed = false;
+  dp_release_fn release = nullptr;
+  void* user = nullptr;
+  dp_tensor() = default;
+  dp_tensor(const dp_tensor&) = delete;
+  dp_tensor& operator=(const dp_tensor&) = delete;
+  ~dp_tensor() {
+    if (release) release(user);
+  }
 };
 
 struct dp_group {

@@ -24,7 +24,7 @@ namespace dpcli {
 struct TrainOptions {
   std::string model, data = "fashion-mnist", devices = "auto", optimizer = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
   std::string save, resume, log, plot, lr_schedule = "constant";
-  int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1;
+  int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1, max_steps = 0;
 };
 
 // --plugin PATH, repeatable: loaded into each command's context first.
@@ -98,6 +98,8 @@ static std::string json_num(double v) {
 }
 
 static int train(const TrainOptions& o) {
+  // Installed first: a Ctrl-C while the data loads must still stop cleanly.
+  std::signal(SIGINT, on_sigint);
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   load_plugins(c, g_plugins);
@@ -147,15 +149,15 @@ static int train(const TrainOptions& o) {
     check(dp_optimizer_set_lr(opt.get(), base_lr * 0.5 * (1 + std::cos(3.14159265358979323846 * t))), "lr");
   };
 
-  std::signal(SIGINT, on_sigint);
   Progress progress;
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
   std::vector<double> loss_curve, acc_curve;
   double train_seconds = 0, start = now_seconds(), last_loss = 0;
   int64_t samples = 0, epochs_done = epoch;
   EvalResult last_eval;
-  bool interrupted = false;
-  for (; epoch < o.epochs && !interrupted; ++epoch) {
+  bool interrupted = false, step_limit = false;
+  int64_t steps_run = 0;
+  for (; epoch < o.epochs && !interrupted && !step_limit; ++epoch) {
     double loss_sum = 0, epoch_start = now_seconds();
     int64_t epoch_rows = 0, rows = 0;
     for (;;) {
@@ -178,8 +180,12 @@ static int train(const TrainOptions& o) {
         interrupted = true;
         break;
       }
+      if (o.max_steps > 0 && ++steps_run >= o.max_steps) {  // a benchmark's run: stop without evaluating
+        step_limit = true;
+        break;
+      }
     }
-    if (interrupted) break;
+    if (interrupted || step_limit) break;
     batch = 0;
     last_loss = epoch_rows ? loss_sum / epoch_rows : 0;
     last_eval = evaluate(c, group.get(), test_loader.get());
@@ -194,9 +200,10 @@ static int train(const TrainOptions& o) {
           << ", \"samples_per_second\": " << json_num(samples / std::max(train_seconds, 1e-9)) << "}" << std::endl;
     save();
   }
-  if (interrupted) {
+  if (interrupted || step_limit) {
     save();
-    progress.line(std::string("dp: stopped by Ctrl-C") + (o.save.empty() ? "" : "; checkpoint written to " + o.save));
+    progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
+                  (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
   if (!o.plot.empty()) write_svg(o.plot, loss_curve, acc_curve);
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"samples_per_second\": %s, "
@@ -305,6 +312,8 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--seed", t.seed, "shuffling seed")->check(CLI::NonNegativeNumber)->capture_default_str();
   train_cmd->add_option("--workers", t.workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
   train_cmd->add_option("--threads", t.threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
+  train_cmd->add_option("--max-steps", t.max_steps, "stop after this many steps, without evaluating (benchmarks)")
+      ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine (annealed to 0 over all steps)")
       ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
   train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C)");

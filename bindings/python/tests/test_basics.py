@@ -1,0 +1,119 @@
+"""Models, contexts, plugins and errors through the binding."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import dp
+
+MLP = {'seed': 0, 'input': {'shape': [5]},
+       'layers': [{'type': 'linear', 'out_features': 4}, {'type': 'relu'}, {'type': 'linear', 'out_features': 3}],
+       'loss': {'type': 'cross_entropy'}}
+
+
+def test_version_and_library():
+    assert dp.version().count('.') == 2
+    assert os.path.exists(dp.library_path)
+    assert dp.HAVE_ZERO_COPY
+
+
+def test_model_from_dict_text_and_file(tmp_path):
+    a = dp.Model(MLP)
+    b = dp.Model(json.dumps(MLP))
+    f = tmp_path / 'mlp.json'
+    f.write_text(json.dumps(MLP))
+    c = dp.Model(f)
+    d = dp.Model.from_file(str(f))
+    e = dp.Model.from_json(json.dumps(MLP))
+    for m in (b, c, d, e):
+        assert np.array_equal(m.parameters(), a.parameters())  # same seed, same parameters
+    assert a.num_parameters == 5 * 4 + 4 + 4 * 3 + 3
+    assert a.parameter_info() == [('0.weight', (4, 5)), ('0.bias', (4,)), ('2.weight', (3, 4)), ('2.bias', (3,))]
+    assert a.input_shape == (5,) and a.output_shape == (3,)
+    named = a.named_parameters()
+    assert list(named) == ['0.weight', '0.bias', '2.weight', '2.bias'] and named['2.weight'].shape == (3, 4)
+
+
+def test_set_parameters_round_trip():
+    m = dp.Model(MLP)
+    p = np.arange(m.num_parameters, dtype=np.float32)
+    m.set_parameters(p)
+    assert np.array_equal(m.parameters(), p)
+    with pytest.raises(dp.InvalidArgumentError) as e:
+        m.set_parameters(p[:-1])
+    assert e.value.status == 1 and 'the model has' in e.value.message
+
+
+def test_model_error_has_json_path():
+    bad = dict(MLP, layers=[{'type': 'linear', 'out_features': -4}])
+    with pytest.raises(dp.ModelError) as e:
+        dp.Model(bad)
+    err = e.value
+    assert isinstance(err, dp.Error) and isinstance(err, ValueError)
+    assert err.status == 3 and err.status_name == 'DP_ERR_MODEL'
+    assert '/layers/0/out_features' in str(err) and str(err) == err.message
+
+
+def test_model_file_error_names_file(tmp_path):
+    f = tmp_path / 'bad.json'
+    f.write_text('{"seed": 0, "input": {"shape": [5]}, "layers": [{"type": "conv3d"}]}')
+    with pytest.raises(dp.ModelError) as e:
+        dp.Model(f)
+    assert str(f) in str(e.value) and '/layers/0/type' in str(e.value)
+    with pytest.raises(dp.IOError) as e:
+        dp.Model(tmp_path / 'missing.json')
+    assert e.value.status == 5 and 'missing.json' in str(e.value)
+
+
+def test_json_error():
+    with pytest.raises(dp.JSONError) as e:
+        dp.Model('{"seed": 0, ')
+    assert e.value.status == 2
+
+
+def test_device_and_optimizer_errors():
+    m = dp.Model(MLP)
+    with pytest.raises(dp.Error) as e:
+        dp.DataParallel(m, 'gpu:0')
+    assert e.value.status in (1, 6)
+    g = dp.DataParallel(m, 'cpu:0,cpu:1')
+    with pytest.raises(dp.ModelError) as e:
+        dp.Optimizer(g, {'type': 'sgd', 'lr': 0.1, 'momentun': 0.9})
+    assert 'momentun' in str(e.value)
+    with pytest.raises(dp.InvalidArgumentError):
+        dp.SGD(g, lr=0.1).lr = -1
+
+
+def test_shape_error_on_forward():
+    g = dp.DataParallel(dp.Model(MLP), 'cpu:0,cpu:1')
+    with pytest.raises(dp.ShapeError) as e:
+        g(np.zeros((4, 6), np.float32))
+    assert e.value.status == 4
+
+
+def test_plugins(shape_probe, swish):
+    ctx = dp.Context()
+    ctx.load_plugin(swish)
+    (path, types), = ctx.plugins
+    assert path.endswith('swish.so') and types == ['swish@1']
+    m = dp.Model({'seed': 0, 'input': {'shape': [3]}, 'layers': [{'type': 'swish'}]}, ctx=ctx)
+    out = dp.DataParallel(m, 'cpu:0')(np.array([[0.0, 1.0, -1.0]], np.float32)).numpy()
+    assert np.allclose(out, [[0.0, 1 / (1 + np.exp(-1.0)), -1 / (1 + np.exp(1.0))]], rtol=1e-6)
+    with pytest.raises(dp.PluginError) as e:
+        ctx.load_plugin('/nonexistent/plugin.so')
+    assert e.value.status == 9 and 'nonexistent' in str(e.value)
+    with pytest.raises(dp.ModelError):  # swish is not known to another context
+        dp.Model({'seed': 0, 'input': {'shape': [3]}, 'layers': [{'type': 'swish'}]}, ctx=dp.Context())
+
+
+def test_group_basics():
+    m = dp.Model(MLP)
+    g = dp.DataParallel(m, ['cpu:0', 'cpu:1', 'cpu:2'])
+    assert g.num_devices == 3
+    out = g(np.zeros((10, 5), np.float32))
+    assert out.shape == (10, 3) and g.last_split() == [4, 4, 2]
+    g.set_split('balanced')
+    g(np.zeros((10, 5), np.float32))
+    assert g.last_split() == [4, 3, 3]
+    assert dp.DataParallel(m, 2).num_devices == 2

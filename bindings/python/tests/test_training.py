@@ -1,0 +1,214 @@
+"""Training, data, checkpoints, and a Python-driven run bitwise equal to `dp train`."""
+import gzip
+import json
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+import dp
+
+MLP = {'seed': 3, 'input': {'shape': [1, 28, 28]},
+       'layers': [{'type': 'flatten'}, {'type': 'linear', 'out_features': 32}, {'type': 'batch_norm'},
+                  {'type': 'relu'}, {'type': 'dropout', 'p': 0.1}, {'type': 'linear', 'out_features': 10}],
+       'loss': {'type': 'cross_entropy'}}
+
+
+def write_idx(folder, prefix, n, seed):
+    """n random 28x28 images and labels as gzip IDX files, as MNIST ships."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, n, dtype=np.uint8)
+    with gzip.open(os.path.join(folder, f'{prefix}-images-idx3-ubyte.gz'), 'wb') as f:
+        f.write(struct.pack('>iiii', 2051, n, 28, 28) + images.tobytes())
+    with gzip.open(os.path.join(folder, f'{prefix}-labels-idx1-ubyte.gz'), 'wb') as f:
+        f.write(struct.pack('>ii', 2049, n) + labels.tobytes())
+    return images, labels
+
+
+@pytest.fixture(scope='module')
+def mnist_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp('mnist')
+    write_idx(str(d), 'train', 300, 1)
+    write_idx(str(d), 't10k', 50, 2)
+    return str(d)
+
+
+def test_training_lowers_the_loss():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 6)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    m = dp.Model({'seed': 0, 'input': {'shape': [6]}, 'layers': [{'type': 'linear', 'out_features': 2}],
+                  'loss': {'type': 'cross_entropy'}})
+    g = dp.DataParallel(m, 'cpu:0,cpu:1')
+    opt = dp.SGD(g, lr=0.5)
+    first = g.train_step(opt, x, y)
+    for _ in range(30):
+        last = g.train_step(opt, x, y)
+    assert last < first / 2
+    g.eval()
+    loss, correct = g.evaluate(x, y)
+    assert correct >= 60 and abs(loss - last) < 0.1
+    opt.lr = 0.25
+    assert opt.lr == 0.25
+
+
+def test_lower_level_steps_match_train_step():
+    """zero_grad, forward, the MSE gradient, backward, step by hand == train_step."""
+    spec = {'seed': 0, 'input': {'shape': [4]}, 'layers': [{'type': 'linear', 'out_features': 3}],
+            'loss': {'type': 'mse'}}
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    t = rng.standard_normal((8, 3)).astype(np.float32)
+    a, b = dp.DataParallel(dp.Model(spec), 'cpu:0,cpu:1'), dp.DataParallel(dp.Model(spec), 'cpu:0,cpu:1')
+    oa, ob = dp.SGD(a, lr=0.1), dp.SGD(b, lr=0.1)
+    a.train_step(oa, x, t)
+    b.zero_grad()
+    out = b(x).numpy()
+    b.backward((2 * (out - t) / out.size).astype(np.float32))
+    ob.step()
+    assert np.allclose(a.model.parameters(), b.model.parameters(), rtol=1e-5, atol=1e-7)
+
+
+def test_numeric_error_leaves_parameters():
+    m = dp.Model({'seed': 0, 'input': {'shape': [2]}, 'layers': [{'type': 'linear', 'out_features': 2}],
+                  'loss': {'type': 'mse'}})
+    g = dp.DataParallel(m, 'cpu:0')
+    before = m.parameters()
+    with pytest.raises(dp.NumericError) as e:
+        g.train_step(dp.SGD(g, lr=0.1), np.array([[np.inf, 1]], np.float32), np.zeros((1, 2), np.float32))
+    assert e.value.status == 7 and np.array_equal(before, m.parameters())
+
+
+def batches(loader):
+    return [(x.numpy(copy=True), y.numpy(copy=True)) for x, y in loader]
+
+
+def test_loader_semantics():
+    x = np.arange(70, dtype=np.float32).reshape(35, 2)
+    y = np.arange(35)
+    ds = dp.Dataset.from_arrays(x, y)
+    assert len(ds) == 35 and ds.sample_shape == (2,)
+    loader = dp.DataLoader(ds, batch_size=10, shuffle=True, seed=5, num_workers=2)
+    assert len(loader) == 4
+    e0, e1 = batches(loader), batches(loader)
+    assert [len(b[1]) for b in e0] == [10, 10, 10, 5]
+    assert sorted(np.concatenate([b[1] for b in e0]).tolist()) == list(range(35))
+    assert any(not np.array_equal(p[1], q[1]) for p, q in zip(e0, e1))  # a new order each epoch
+    for bx, by in e0:
+        assert np.array_equal(bx, x[by])
+    # The order depends on (seed, epoch) only, not on the workers.
+    again = dp.DataLoader(dp.Dataset.from_arrays(x, y, borrow=False), batch_size=10, shuffle=True, seed=5)
+    assert all(np.array_equal(p[1], q[1]) for p, q in zip(e0, batches(again)))
+    # Breaking off an epoch: the next iteration starts the next epoch, as PyTorch's.
+    it = iter(loader)
+    next(it)
+    del it
+    assert loader.position == (2, 1)
+    list(loader)
+    assert loader.position == (4, 0)
+    assert len(dp.DataLoader(ds, batch_size=10, drop_last=True)) == 3
+
+
+def test_callback_dataset_matches_arrays():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((23, 3, 2)).astype(np.float32)
+    y = rng.integers(0, 4, 23)
+    ref = batches(dp.DataLoader(dp.Dataset.from_arrays(x, y), batch_size=5, shuffle=True, seed=1))
+    for workers in (0, 2):
+        ds = dp.Dataset.from_callback(lambda i: (x[i], y[i]), len(x), (3, 2))
+        got = batches(dp.DataLoader(ds, batch_size=5, shuffle=True, seed=1, num_workers=workers))
+        assert len(got) == len(ref)
+        for (a, b), (c, d) in zip(got, ref):
+            assert np.array_equal(a, c) and np.array_equal(b, d)
+    # float targets
+    ds = dp.Dataset.from_callback(lambda i: (x[i], x[i, 0]), len(x), (3, 2), target_shape=(2,),
+                                  target_dtype='float32')
+    (bx, by), = batches(dp.DataLoader(ds, batch_size=23))
+    assert by.dtype == np.float32 and np.array_equal(by, x[:, 0])
+
+
+def test_callback_errors_fail_the_batch():
+    def get(i):
+        if i == 7:
+            raise KeyError('sample 7 is missing')
+        return np.zeros(2, np.float32), 0
+    loader = dp.DataLoader(dp.Dataset.from_callback(get, 10, (2,)), batch_size=4, num_workers=2)
+    with pytest.raises(dp.InvalidArgumentError) as e:
+        list(loader)
+    assert 'index 7' in str(e.value) and 'KeyError' in str(e.value) and 'sample 7 is missing' in str(e.value)
+    # skipped, as PyTorch does: iterating again continues after the failed batch
+    assert loader.position == (0, 2)
+    assert [len(y) for _, y in loader] == [2]
+
+
+def test_checkpoints(tmp_path, mnist_dir):
+    def setup():
+        m = dp.Model(MLP)
+        g = dp.DataParallel(m, 'cpu:0,cpu:1')
+        o = dp.Adam(g, lr=0.01)
+        ds = dp.Dataset.from_idx(os.path.join(mnist_dir, 'train-images-idx3-ubyte.gz'),
+                                 os.path.join(mnist_dir, 'train-labels-idx1-ubyte.gz'))
+        return m, g, o, dp.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2)
+    m, g, o, loader = setup()
+    path = tmp_path / 'run.ckpt'
+    rest = []
+    for i, (x, y) in enumerate(loader):
+        loss = g.train_step(o, x, y)
+        if i == 3:  # saved mid-epoch, inside the loop
+            dp.save_checkpoint(path, g, o, loader, {'note': 'four steps'})
+        elif i > 3:
+            rest.append(loss)
+    meta = dp.checkpoint_metadata(path)
+    assert meta['note'] == 'four steps' and meta['format'] == 'dp-checkpoint-1'
+    m2, g2, o2, loader2 = setup()
+    dp.load_checkpoint(path, g2, o2, loader2)
+    rest2 = [g2.train_step(o2, x, y) for x, y in loader2]
+    assert rest == rest2 and np.array_equal(m.parameters(), m2.parameters())
+    assert np.array_equal(m.buffers(), m2.buffers())
+    bad = tmp_path / 'bad.ckpt'
+    bad.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(dp.IOError):
+        dp.load_checkpoint(bad, g2, o2)
+    m.save_safetensors(tmp_path / 'w.safetensors')
+    m3 = dp.Model(MLP)
+    m3.load_safetensors(tmp_path / 'w.safetensors')
+    assert np.array_equal(m3.parameters(), m.parameters())
+
+
+@pytest.mark.parametrize('devices', ['cpu:0', 'cpu:0,cpu:1,cpu:2'])
+def test_python_run_equals_cli_run(tmp_path, mnist_dir, cli, devices):
+    """Same model, data, loader and optimizer: the Python loop's parameters
+    are bitwise those of `dp train --save`."""
+    model_file = tmp_path / 'mlp.json'
+    model_file.write_text(json.dumps(MLP))
+    opt = {'type': 'adam', 'lr': 0.01}
+    ckpt = tmp_path / 'cli.ckpt'
+    subprocess.run([cli, 'train', str(model_file), '--data', f'mnist:{mnist_dir}', '--devices', devices,
+                    '--epochs', '2', '--batch-size', '32', '--optimizer', json.dumps(opt), '--seed', '4',
+                    '--workers', '2', '--save', str(ckpt)], check=True, capture_output=True, text=True)
+
+    model = dp.Model(model_file)
+    net = dp.DataParallel(model, devices)
+    optimizer = dp.Optimizer(net, opt)
+    norm = {'normalize': {'mean': [0.1307], 'std': [0.3081]}}  # what --data mnist uses
+    train = dp.Dataset.from_idx(os.path.join(mnist_dir, 'train-images-idx3-ubyte.gz'),
+                                os.path.join(mnist_dir, 'train-labels-idx1-ubyte.gz')).set_transform(norm)
+    test = dp.Dataset.from_idx(os.path.join(mnist_dir, 't10k-images-idx3-ubyte.gz'),
+                               os.path.join(mnist_dir, 't10k-labels-idx1-ubyte.gz')).set_transform(norm)
+    loader = dp.DataLoader(train, batch_size=32, shuffle=True, num_workers=1, seed=4)
+    for epoch in range(2):
+        net.train()
+        for x, y in loader:
+            net.train_step(optimizer, x, y)
+        net.eval()  # the CLI evaluates after each epoch (eval mode changes nothing)
+        for x, y in dp.DataLoader(test, batch_size=1000):
+            net.evaluate(x, y)
+
+    ref_model = dp.Model(model_file)
+    ref = dp.DataParallel(ref_model, 'cpu:0')
+    dp.load_checkpoint(ckpt, ref)
+    assert model.parameters().tobytes() == ref_model.parameters().tobytes()
+    assert model.buffers().tobytes() == ref_model.buffers().tobytes()

@@ -2,6 +2,7 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -68,4 +69,22 @@ inline std::string cpu_devices(int n) {
   std::string s;
   for (int i = 0; i < n; ++i) s += (i ? ",cpu:" : "cpu:") + std::to_string(i);
   return s;
+}
+
+// a and b agree within `tol` relative, element by element, against the larger
+// magnitude of the two with a floor of 1e-2 for values near zero (another
+// split sums gradients in another order, so a bias that has drifted to 1e-4
+// differs in its last bits: 1e-8 absolute, not 1e-5 of itself).
+inline void require_close(const std::vector<float>& a, const std::vector<float>& b, double tol = 1e-5,
+                          const char* what = "parameters") {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double scale = std::fmax(1e-2, std::fmax(std::fabs(a[i]), std::fabs(b[i])));
+    double rel = std::fabs(double(a[i]) - double(b[i])) / scale;
+    if (rel > worst) worst = rel, at = i;
+  }
+  INFO(what << ": worst relative difference " << worst << " at " << at << ": " << a[at] << " vs " << b[at]);
+  CHECK(worst <= tol);
 }

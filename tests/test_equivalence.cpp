@@ -101,23 +101,6 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   return run;
 }
 
-// Parameters agree within 1e-5 relative: element by element, against the
-// larger magnitude of the two, with a floor of 1e-2 for values near zero (a
-// split sums gradients in another order, so a bias that has drifted to 1e-4
-// differs in its last bits: 1e-8 absolute, not 1e-5 of itself).
-void require_close(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double scale = std::fmax(1e-2, std::fmax(std::fabs(a[i]), std::fabs(b[i])));
-    double rel = std::fabs(double(a[i]) - double(b[i])) / scale;
-    if (rel > worst) worst = rel, at = i;
-  }
-  INFO("worst relative difference " << worst << " at parameter " << at << ": " << a[at] << " vs " << b[at]);
-  CHECK(worst <= 1e-5);
-}
-
 }  // namespace
 
 TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {

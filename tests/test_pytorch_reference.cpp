@@ -24,18 +24,6 @@ json load(const std::string& name) {
   return json::parse(f);
 }
 
-void require_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double err = std::fabs(double(got[i]) - want[i]) / std::fmax(1e-2, std::fabs(want[i]));
-    if (err > worst) worst = err, at = i;
-  }
-  INFO(what << ": worst relative error " << worst << " at " << at << ": dp " << got[at] << " vs PyTorch " << want[at]);
-  CHECK(worst <= tol);
-}
-
 void check_case(const std::string& name, const std::string& devices) {
   CAPTURE(name);
   CAPTURE(devices);

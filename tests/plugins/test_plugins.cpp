@@ -341,19 +341,6 @@ Run train(const std::string& devices, const char* opt_json, int64_t batch, int s
   return run;
 }
 
-// As tests/test_equivalence.cpp: within 1e-5 relative, floor 1e-2.
-void require_close(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double scale = std::fmax(1e-2, std::fmax(std::fabs(a[i]), std::fabs(b[i])));
-    double rel = std::fabs(double(a[i]) - double(b[i])) / scale;
-    if (rel > worst) worst = rel, at = i;
-  }
-  INFO("worst relative difference " << worst << " at " << at << ": " << a[at] << " vs " << b[at]);
-  CHECK(worst <= 1e-5);
-}
 }  // namespace
 
 TEST_CASE("plugins: N devices train exactly as one with swish and rms_norm layers") {

@@ -83,6 +83,14 @@ typedef struct dp_plugin_tensor {
   int32_t device_index;
 } dp_plugin_tensor;
 
+/* Elements of a tensor view (the product of its shape); header-only. */
+static inline int64_t dp_plugin_numel(const dp_plugin_tensor* t) {
+  int64_t k = 1;
+  int32_t i;
+  for (i = 0; i < t->ndim; ++i) k *= t->shape[i];
+  return k;
+}
+
 /* What one replica's forward or backward sees (host-owned, read-only). */
 typedef struct dp_plugin_run {
   size_t struct_size;

@@ -29,13 +29,6 @@ static int infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* 
   return 0;
 }
 
-static int64_t numel(const dp_plugin_tensor* t) {
-  int64_t k = 1;
-  int i;
-  for (i = 0; i < t->ndim; ++i) k *= t->shape[i];
-  return k;
-}
-
 static size_t put_shape(char* s, size_t cap, const dp_plugin_tensor* t) {
   size_t len = 0;
   int i;
@@ -51,7 +44,7 @@ static int forward(const void* instance, const dp_plugin_run* run, const dp_plug
   size_t len = 0;
   const dp_plugin_tensor* last = &io->inputs[io->num_inputs - 1];
   (void)run, (void)err, (void)cap;
-  memcpy(io->output.data, last->data, (size_t)numel(last) * sizeof(float));
+  memcpy(io->output.data, last->data, (size_t)dp_plugin_numel(last) * sizeof(float));
   if (instance == &quiet) return 0;
   len += (size_t)snprintf(line + len, sizeof line - len, "\tIn Model: input size ");
   len += put_shape(line + len, sizeof line - len, &io->inputs[0]);
@@ -69,9 +62,9 @@ static int backward(const void* instance, const dp_plugin_run* run, const dp_plu
     const dp_plugin_tensor* g = &io->grad_inputs[i];
     if (!g->data) continue;
     if (i == io->num_inputs - 1)
-      memcpy(g->data, io->grad_output.data, (size_t)numel(g) * sizeof(float));
+      memcpy(g->data, io->grad_output.data, (size_t)dp_plugin_numel(g) * sizeof(float));
     else
-      memset(g->data, 0, (size_t)numel(g) * sizeof(float));
+      memset(g->data, 0, (size_t)dp_plugin_numel(g) * sizeof(float));
   }
   return 0;
 }

@@ -31,13 +31,6 @@ static int infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* 
   return api->declare_param(build, "beta", 1, &one, DP_PLUGIN_INIT_ONES, 0);
 }
 
-static int64_t numel(const dp_plugin_tensor* t) {
-  int64_t n = 1;
-  int i;
-  for (i = 0; i < t->ndim; ++i) n *= t->shape[i];
-  return n;
-}
-
 typedef struct {
   const float *x, *g;
   float *y, *gx;
@@ -56,7 +49,7 @@ static int forward(const void* instance, const dp_plugin_run* run, const dp_plug
   j.x = io->inputs[0].data;
   j.y = io->output.data;
   j.beta = io->params[0];
-  api->parallel_for(run, numel(&io->output), 4096, forward_range, &j);
+  api->parallel_for(run, dp_plugin_numel(&io->output), 4096, forward_range, &j);
   return 0;
 }
 
@@ -74,7 +67,7 @@ static int backward(const void* instance, const dp_plugin_run* run, const dp_plu
   const float* g = io->grad_output.data;
   float beta = io->params[0];
   double dbeta = 0;
-  int64_t i, n = numel(&io->grad_output);
+  int64_t i, n = dp_plugin_numel(&io->grad_output);
   (void)instance, (void)err, (void)cap;
   if (io->grad_inputs[0].data) {
     job j;

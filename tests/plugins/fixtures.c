@@ -32,19 +32,13 @@ static int infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* 
   *out = in[0];
   return 0;
 }
-static int64_t numel(const dp_plugin_tensor* t) {
-  int64_t k = 1;
-  int i;
-  for (i = 0; i < t->ndim; ++i) k *= t->shape[i];
-  return k;
-}
 /* relu (plugin_relu) or identity that fails on large inputs (fails_forward). */
 static int forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
   /* restrict, and selects rather than branches: written as the built-in is, so
    * bench/plugin_relu measures the plugin ABI, not two ways to write a loop. */
   const float* restrict x = io->inputs[0].data;
   float* restrict y = io->output.data;
-  int64_t i, n = numel(&io->output);
+  int64_t i, n = dp_plugin_numel(&io->output);
   (void)instance, (void)run, (void)err, (void)cap;
 #if defined(FIXTURE_FAILS_FORWARD)
   for (i = 0; i < n; ++i)
@@ -60,7 +54,7 @@ static int backward(const void* instance, const dp_plugin_run* run, const dp_plu
   const float* restrict x = io->inputs[0].data;
   const float* restrict g = io->grad_output.data;
   float* restrict gx = io->grad_inputs[0].data;
-  int64_t i, n = numel(&io->grad_output);
+  int64_t i, n = dp_plugin_numel(&io->grad_output);
   (void)instance, (void)run, (void)err, (void)cap;
   if (!gx) return 0;
 #if defined(FIXTURE_FAILS_FORWARD)

@@ -168,10 +168,26 @@ DP_API dp_status dp_tensor_data(const dp_tensor* t, void** data);
 DP_API dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed);
 
 /* ---- Device groups: nn.DataParallel over a list of devices. ---- */
-/* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed). The
- * group keeps one persistent replica per device; CPU replicas share the
- * model's parameters and own their gradient buffers. */
+/* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed) or
+ * "cuda:0,cuda:1" (a GPU may repeat: "cuda:0,cuda:0" runs two replicas on
+ * one GPU); CPU and CUDA devices do not mix in one group. The group keeps one
+ * persistent replica per device; CPU replicas share the model's parameters
+ * and own their gradient buffers; each GPU holds one copy of the parameters,
+ * kept identical by identical updates, and its replicas' own gradients.
+ * Tensors passed in and out stay host tensors. DP_ERR_DEVICE names a device
+ * that does not exist, a build without CUDA, or a layer type without a CUDA
+ * implementation. While a GPU group trains a model, the dp_model_copy_*
+ * calls fetch the newest values from the GPU. */
 DP_API dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out);
+/* The number of devices of `kind` ("cpu": the cores; "cuda": the GPUs this
+ * process can use). For "cuda", *count is 0 when this build has no CUDA
+ * backend or no GPU is usable, and *why (if not NULL) then points to a
+ * sentence saying which, else to ""; it stays valid until the next call on
+ * this thread. */
+DP_API dp_status dp_device_count(const char* kind, int* count, const char** why);
+/* A description of device `index` of `kind` ("NVIDIA H200, 139.8 GiB,
+ * compute capability 9.0"), valid until the next call on this thread. */
+DP_API dp_status dp_device_name(const char* kind, int index, const char** name);
 DP_API void dp_group_destroy(dp_group* g);
 DP_API dp_status dp_group_num_devices(const dp_group* g, int* count);
 
@@ -180,8 +196,12 @@ typedef enum dp_group_option {
    * rows on 8 devices run as 2,2,2,2,2. DP_SPLIT_BALANCED: sizes differ by at
    * most one, 30 on 8 as 4,4,4,4,4,4,3,3. */
   DP_GROUP_SPLIT = 0,
-  /* Threads each device uses for its own work (default 1). */
-  DP_GROUP_THREADS_PER_DEVICE = 1
+  /* Threads each device uses for its own work (default 1; CPU devices). */
+  DP_GROUP_THREADS_PER_DEVICE = 1,
+  /* 1: float32 matrix products and convolutions on GPUs may use TF32 tensor
+   * cores (faster, about 1e-3 relative error); 0 (default): full float32, as
+   * PyTorch's default torch.backends.cuda.matmul.allow_tf32 = False. */
+  DP_GROUP_ALLOW_TF32 = 2
 } dp_group_option;
 enum { DP_SPLIT_CHUNK = 0, DP_SPLIT_BALANCED = 1 };
 DP_API dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value);

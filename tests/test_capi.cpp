@@ -305,7 +305,15 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   dp_group* g = reinterpret_cast<dp_group*>(0x1);
   CHECK(dp_group_create(m, "cpu:0,gpu:1", &g) == DP_ERR_DEVICE);
   CHECK(std::string(dp_last_error()).find("'gpu:1'") != std::string::npos);
-  CHECK(dp_group_create(m, "cuda:0", &g) == DP_ERR_DEVICE);
+  int gpus = 0;
+  const char* why = nullptr;
+  REQUIRE(dp_device_count("cuda", &gpus, &why) == DP_OK);
+  CHECK((gpus > 0) == (std::string(why).empty()));
+  CHECK(dp_group_create(m, "cuda:99", &g) == DP_ERR_DEVICE);  // no machine has it
+  CHECK(std::string(dp_last_error()).find("cuda:99") != std::string::npos);
+  if (gpus == 0) CHECK(dp_group_create(m, "cuda:0", &g) == DP_ERR_DEVICE);
+  CHECK(dp_group_create(m, "cpu:0,cuda:0", &g) == DP_ERR_DEVICE);
+  CHECK(dp_device_count("tpu", &gpus, nullptr) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_group_create(m, "", &g) == DP_ERR_DEVICE);
   CHECK(g == reinterpret_cast<dp_group*>(0x1));
   DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1,cpu:2", &g));

@@ -5,6 +5,9 @@
 #include <sstream>
 #include <string>
 
+#include <thread>
+
+#include "backends/cuda/device.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
 
@@ -136,6 +139,7 @@ dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count)
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
   check_count(m, count, m->model->params.size(), "dp_model_copy_parameters");
+  m->model->pull();
   std::memcpy(dst, m->model->params.data(), m->model->params.size() * sizeof(float));
   DP_GUARD_END
 }
@@ -146,7 +150,9 @@ dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) 
   if (count != static_cast<int64_t>(m->model->params.size()))
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_parameters: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(m->model->params.size()));
+  m->model->pull();  // the gradients stay the devices' newest
   std::memcpy(m->model->params.data(), src, m->model->params.size() * sizeof(float));
+  m->model->host_written();
   DP_GUARD_END
 }
 
@@ -154,6 +160,7 @@ dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count) 
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
   check_count(m, count, m->model->grads.size(), "dp_model_copy_gradients");
+  m->model->pull();
   std::memcpy(dst, m->model->grads.data(), m->model->grads.size() * sizeof(float));
   DP_GUARD_END
 }
@@ -188,6 +195,7 @@ dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && (dst || m->model->buffers.empty()), "m and dst must not be NULL");
   check_count(m, count, m->model->buffers.size(), "dp_model_copy_buffers");
+  m->model->pull();
   if (!m->model->buffers.empty()) std::memcpy(dst, m->model->buffers.data(), m->model->buffers.size() * sizeof(float));
   DP_GUARD_END
 }
@@ -303,6 +311,39 @@ dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed) {
 
 /* ---- groups ---- */
 
+dp_status dp_device_count(const char* kind, int* count, const char** why) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(kind && count, "kind and count must not be NULL");
+  static thread_local std::string reason;
+  reason.clear();
+  std::string k = kind;
+  if (k == "cpu") {
+    unsigned n = std::thread::hardware_concurrency();
+    *count = n ? static_cast<int>(n) : 1;
+  } else if (k == "cuda") {
+    *count = dp::cuda_device_count(&reason);
+    if (*count > 0) reason.clear();
+  } else {
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_device_count: unknown kind \"" + k + "\" (known: cpu, cuda)");
+  }
+  if (why) *why = reason.c_str();
+  DP_GUARD_END
+}
+
+dp_status dp_device_name(const char* kind, int index, const char** name) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(kind && name, "kind and name must not be NULL");
+  static thread_local std::string text;
+  std::string k = kind;
+  int n = 0;
+  DP_CHECK_ARG(dp_device_count(kind, &n, nullptr) == DP_OK, "dp_device_name: unknown kind \"" + k + "\" (known: cpu, cuda)");
+  if (index < 0 || index >= n)
+    fail(DP_ERR_DEVICE, "no device " + k + ":" + std::to_string(index) + " (" + std::to_string(n) + " " + k + " device(s))");
+  text = k == "cpu" ? "CPU core " + std::to_string(index) : dp::cuda_device_name(index);
+  *name = text.c_str();
+  DP_GUARD_END
+}
+
 dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && devices && out, "m, devices and out must not be NULL");
@@ -333,6 +374,10 @@ dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value
     case DP_GROUP_THREADS_PER_DEVICE:
       DP_CHECK_ARG(value >= 1 && value <= 256, "DP_GROUP_THREADS_PER_DEVICE takes 1 to 256, got " + std::to_string(value));
       g->group->set_threads_per_device(static_cast<int>(value));
+      break;
+    case DP_GROUP_ALLOW_TF32:
+      DP_CHECK_ARG(value == 0 || value == 1, "DP_GROUP_ALLOW_TF32 takes 0 or 1, got " + std::to_string(value));
+      g->group->set_allow_tf32(value == 1);
       break;
     default:
       fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(static_cast<int>(option)));

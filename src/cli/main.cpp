@@ -289,7 +289,15 @@ static int plugins(const std::vector<std::string>& paths) {
 static int devices() {
   unsigned n = std::thread::hardware_concurrency();
   std::printf("cpu: %u device(s), cpu:0 ... cpu:%u (one per core; a device list may name more)\n", n, n ? n - 1 : 0);
-  std::printf("cuda: none (this build of dp has no CUDA backend)\n");
+  int gpus = 0;
+  const char* why = "";
+  check(dp_device_count("cuda", &gpus, &why), "devices");
+  if (gpus == 0) std::printf("cuda: none (%s)\n", why);
+  for (int i = 0; i < gpus; ++i) {
+    const char* name = nullptr;
+    check(dp_device_name("cuda", i, &name), "devices");
+    std::printf("cuda:%d: %s\n", i, name);
+  }
   return kOk;
 }
 

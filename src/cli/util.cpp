@@ -20,12 +20,18 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// "auto": every GPU when there is one (as nn.DataParallel takes all visible
+// GPUs), else one CPU device per core.
 std::string resolve_devices(const std::string& spec) {
   if (spec != "auto") return spec;
-  unsigned n = std::thread::hardware_concurrency();
-  if (n == 0) n = 1;
+  int n = 0;
+  const char* kind = "cuda";
+  if (dp_device_count("cuda", &n, nullptr) != DP_OK || n == 0) {
+    kind = "cpu";
+    dp_device_count("cpu", &n, nullptr);
+  }
   std::string out;
-  for (unsigned i = 0; i < n; ++i) out += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::string(kind) + ":" + std::to_string(i);
   return out;
 }
 

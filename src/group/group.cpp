@@ -5,32 +5,42 @@
 
 namespace dp {
 
-static std::vector<std::string> parse_devices(const std::string& text) {
+// "cpu:0,cpu:1" or "cuda:0,cuda:0"; a bare "cpu" or "cuda" is device 0.
+static std::vector<std::string> parse_devices(const std::string& text, std::vector<int>* gpus) {
   std::vector<std::string> out;
   size_t pos = 0;
+  int kinds = 0;  // bit 0: cpu, bit 1: cuda
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
     std::string d = text.substr(pos, comma - pos);
     while (!d.empty() && d.front() == ' ') d.erase(d.begin());
     while (!d.empty() && d.back() == ' ') d.pop_back();
-    if (d == "cpu") d = "cpu:0";
-    bool ok = d.size() > 4 && d.compare(0, 4, "cpu:") == 0 && d.find_first_not_of("0123456789", 4) == std::string::npos &&
-              d.size() < 10;
-    if (!ok) {
-      if (d.compare(0, 5, "cuda:") == 0 || d == "cuda")
-        fail(DP_ERR_DEVICE, "device '" + d + "': this build of dp has no CUDA backend (CPU devices: cpu:0, cpu:1, ...)");
-      fail(DP_ERR_DEVICE, "device '" + d + "' in \"" + text + "\": expected cpu:N, as in \"cpu:0,cpu:1\"");
-    }
+    if (d == "cpu" || d == "cuda") d += ":0";
+    const size_t colon = d.find(':');
+    const std::string kind = d.substr(0, colon == std::string::npos ? 0 : colon);
+    const std::string num = colon == std::string::npos ? "" : d.substr(colon + 1);
+    bool ok = (kind == "cpu" || kind == "cuda") && !num.empty() && num.size() < 6 &&
+              num.find_first_not_of("0123456789") == std::string::npos;
+    if (!ok) fail(DP_ERR_DEVICE, "device '" + d + "' in \"" + text + "\": expected cpu:N or cuda:N, as in \"cpu:0,cpu:1\"");
+    kinds |= kind == "cpu" ? 1 : 2;
+    if (kinds == 3)
+      fail(DP_ERR_DEVICE, "devices \"" + text + "\" mix CPU and CUDA devices: a group's devices are all CPUs or all GPUs");
+    if (kind == "cuda") gpus->push_back(std::stoi(num));
     out.push_back(d);
     pos = comma + 1;
   }
   return out;
 }
 
-Group::Group(Model& model, const std::string& devices) : model_(model), devices_(parse_devices(devices)) {
-  set_threads_per_device(1);
+Group::Group(Model& model, const std::string& devices) : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)) {
   size_t n = devices_.size();
+  if (!gpu_ordinals_.empty()) {
+    workers_ = std::make_unique<Workers>(size());  // a host thread drives each GPU replica
+    engine_ = make_cuda_engine(model_, gpu_ordinals_, workers_.get());
+  } else {
+    set_threads_per_device(1);
+  }
   split_.reserve(n);
   offsets_.assign(n, 0);
   ctxs_.resize(n);
@@ -39,13 +49,24 @@ Group::Group(Model& model, const std::string& devices) : model_(model), devices_
   stat_ptrs_.assign(n, nullptr);
 }
 
+Group::~Group() = default;
+
 void Group::set_threads_per_device(int threads) {
   if (threads < 1 || threads > 256) fail(DP_ERR_INVALID_ARGUMENT, "threads per device must be in [1, 256], got " + std::to_string(threads));
+  if (engine_) return;  // a GPU replica's work is on its GPU
   replicas_.clear();
   workers_.reset();
   for (size_t i = 0; i < devices_.size(); ++i) replicas_.push_back(std::make_unique<Replica>(model_, threads));
   workers_ = std::make_unique<Workers>(size());
   have_forward_ = false;
+}
+
+void Group::set_allow_tf32(bool allow) {
+  if (engine_) engine_->set_allow_tf32(allow);
+}
+
+void Group::optimizer_to_host(Optimizer& opt) {
+  if (engine_) engine_->optimizer_to_host(opt);
 }
 
 void Group::check_input(const Tensor& input) const {
@@ -104,10 +125,26 @@ void Group::run(Job job, bool training, const Tensor& input, const Tensor* targe
       c.step = step_;
       c.sample_offset = off;
       c.batch_total = batch;
-      c.pool = replicas_[r]->pool();
+      c.pool = engine_ ? nullptr : replicas_[r]->pool();
+      c.cuda = nullptr;
       off += split_[r];
     }
   }
+  if (engine_) {
+    RunPlan plan;
+    plan.job = job;
+    plan.split = &split_;
+    plan.offsets = &offsets_;
+    plan.ctxs = &ctxs_;
+    plan.input = &input;
+    plan.target = target;
+    plan.grad_output = grad_output;
+    plan.losses = losses_.data();
+    plan.correct = correct_.data();
+    engine_->run(plan);
+    return;
+  }
+  model_.pull();  // a GPU group may have trained this model last
   job_ = job;
   job_input_ = &input;
   job_target_ = target;
@@ -125,6 +162,11 @@ void Group::forward(const Tensor& input, Tensor& output) {
   }
   int64_t batch = input.shape()[0];
   last_output_shape_ = Shape::batched(batch, model_.output_shape());
+  if (engine_) {
+    engine_->gather(output);
+    have_forward_ = true;
+    return;
+  }
   output.resize(DP_F32, last_output_shape_);
   // Gather onto the first device: each replica's rows, in order.
   const int64_t inner = last_output_shape_.inner();
@@ -143,7 +185,11 @@ void Group::backward(const Tensor& grad_output) {
   reduce_grads(nullptr);
 }
 
-void Group::zero_grad() { std::fill(model_.grads.begin(), model_.grads.end(), 0.0f); }
+void Group::zero_grad() {
+  if (engine_) return engine_->zero_grad();
+  model_.pull();
+  std::fill(model_.grads.begin(), model_.grads.end(), 0.0f);
+}
 
 static void add_into(float* __restrict dst, const float* __restrict src, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) dst[i] += src[i];
@@ -153,6 +199,8 @@ static void add_into(float* __restrict dst, const float* __restrict src, int64_t
 // thread computes which range. With an optimizer, each range is updated right
 // after it is reduced, while it is still in cache.
 void Group::reduce_grads(Optimizer* opt) {
+  if (engine_) return engine_->reduce(opt);
+  if (opt) model_.host_written();  // GPU copies of these parameters are stale
   const int n = static_cast<int>(split_.size());
   float* dst = model_.grads.data();
   float* params = model_.params.data();
@@ -164,16 +212,21 @@ void Group::reduce_grads(Optimizer* opt) {
 }
 
 void Group::optimizer_step(Optimizer& opt) {
+  if (engine_) return engine_->optimizer_step(opt);
+  model_.pull();
+  model_.host_written();
   opt.step(model_.params.data(), model_.grads.data(), static_cast<int64_t>(model_.params.size()), workers_.get());
 }
 
 void Group::merge_stats() {
   for (const Node& node : model_.nodes) {
     if (node.stats_count == 0) continue;
-    for (size_t r = 0; r < split_.size(); ++r) stat_ptrs_[r] = replicas_[r]->stats(node);
+    for (size_t r = 0; r < split_.size(); ++r)
+      stat_ptrs_[r] = engine_ ? engine_->host_stats(static_cast<int>(r), node) : replicas_[r]->stats(node);
     node.layer->merge_stats(model_.buffers.data() + node.buffer_offset, stat_ptrs_.data(), split_.data(),
                             static_cast<int>(split_.size()));
   }
+  if (engine_ && model_.stats_total > 0) engine_->buffers_changed();
 }
 
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "group/engine.h"
 #include "group/replica.h"
 #include "group/split.h"
 #include "optim/optimizer.h"
@@ -15,8 +16,10 @@ namespace dp {
 
 class Group {
  public:
-  // devices: "cpu:0,cpu:1"; throws DP_ERR_DEVICE naming the bad entry.
+  // devices: "cpu:0,cpu:1" or "cuda:0,cuda:1" (a GPU may repeat); throws
+  // DP_ERR_DEVICE naming the bad entry.
   Group(Model& model, const std::string& devices);
+  ~Group();
 
   int size() const { return static_cast<int>(devices_.size()); }
   Model& model() { return model_; }
@@ -24,6 +27,11 @@ class Group {
 
   void set_split(SplitMode mode) { mode_ = mode; }
   void set_threads_per_device(int threads);
+  // Lets float32 matrix products and convolutions on GPUs use TF32 (off by default).
+  void set_allow_tf32(bool allow);
+  bool on_gpus() const { return engine_ != nullptr; }
+  // Optimizer state kept on GPUs, copied into opt.state() (before a checkpoint).
+  void optimizer_to_host(Optimizer& opt);
   void set_training(bool training) { training_ = training; }
   // Training forward passes so far: keys dropout masks, so a checkpoint holds it.
   int64_t step() const { return step_; }
@@ -42,7 +50,6 @@ class Group {
   double evaluate(const Tensor& input, const Tensor& target, int64_t* correct);
 
  private:
-  enum class Job { kForward, kBackward, kTrain, kEval };
   void check_input(const Tensor& input) const;
   void check_target(const Tensor& target, int64_t batch) const;
   void run(Job job, bool training, const Tensor& input, const Tensor* target, const Tensor* grad_output);
@@ -51,9 +58,11 @@ class Group {
   void merge_stats();
 
   Model& model_;
+  std::vector<int> gpu_ordinals_;  // before devices_: parsing fills both
   std::vector<std::string> devices_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Workers> workers_;  // one per device; replica r runs on worker r
+  std::unique_ptr<DeviceEngine> engine_;  // GPU devices; null for CPU devices
   SplitMode mode_ = SplitMode::kChunk;
   bool training_ = true;
   int64_t step_ = 0;  // training forward passes so far (keys dropout)

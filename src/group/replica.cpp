@@ -4,23 +4,54 @@
 
 namespace dp {
 
+namespace {
+class CpuExecutor final : public Executor {
+ public:
+  explicit CpuExecutor(const Model& m) : model_(m) {}
+  void forward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->forward(ctx, io); }
+  void backward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->backward(ctx, io); }
+  void add(float* dst, const float* src, int64_t n) override {
+    for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
+  }
+  void zero(float* dst, int64_t n) override { std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float)); }
+
+ private:
+  const Model& model_;
+};
+}  // namespace
+
 Replica::Replica(const Model& model, int threads)
-    : model_(model),
-      pool_(threads),
-      acts_(model.nodes.size()),
-      act_grads_(model.nodes.size()),
-      scratch_(model.nodes.size()),
-      extra_grads_(model.nodes.size()),
-      grad_ready_(model.nodes.size(), 0),
-      grads_(model.params.size(), 0.0f),
-      stats_(model.stats_total, 0.0f) {
+    : model_(model), pool_(std::make_unique<Workers>(threads)), cpu_exec_(std::make_unique<CpuExecutor>(model)) {
+  exec_ = cpu_exec_.get();
+  init(nullptr);
+  set_weights(model.params.data(), model.buffers.data());
+}
+
+Replica::Replica(const Model& model, Executor* exec, Allocator* alloc) : model_(model), exec_(exec) { init(alloc); }
+
+void Replica::init(Allocator* alloc) {
+  const size_t n = model_.nodes.size();
+  for (size_t k = 0; k < n; ++k) {
+    acts_.emplace_back(alloc);
+    act_grads_.emplace_back(alloc);
+  }
+  scratch_.resize(n);
+  extra_grads_.resize(n);
+  grad_ready_.assign(n, 0);
+  grads_ = Tensor(alloc);
+  stats_ = Tensor(alloc);
+  loss_grad_ = Tensor(alloc);
+  grads_.resize(DP_F32, Shape{static_cast<int64_t>(model_.params.size())});
+  stats_.resize(DP_F32, Shape{model_.stats_total});
+  exec_->zero(grads_.f32(), grads_.numel());
   size_t max_inputs = 1;
-  for (size_t k = 0; k < model.nodes.size(); ++k) {
-    extra_grads_[k].resize(model.nodes[k].inputs.size());
-    if (model.nodes[k].inputs.size() > max_inputs) max_inputs = model.nodes[k].inputs.size();
+  for (size_t k = 0; k < n; ++k) {
+    for (size_t i = 0; i < model_.nodes[k].inputs.size(); ++i) extra_grads_[k].emplace_back(alloc);
+    if (model_.nodes[k].inputs.size() > max_inputs) max_inputs = model_.nodes[k].inputs.size();
   }
   io_.in.reserve(max_inputs);
   io_.gin.reserve(max_inputs);
+  io_.alloc = alloc;
 }
 
 void Replica::io_for(size_t k) {
@@ -31,31 +62,34 @@ void Replica::io_for(size_t k) {
   io.out = &acts_[k];
   io.gout = nullptr;
   io.gin.clear();
-  io.params = model_.params.data() + n.param_offset;
-  io.grads = grads_.data() + n.param_offset;
-  io.buffers = model_.buffers.data() + n.buffer_offset;
-  io.stats = stats_.data() + n.stats_offset;
+  io.params = params_ + n.param_offset;
+  io.grads = grads_.f32() + n.param_offset;
+  io.buffers = buffers_ + n.buffer_offset;
+  io.stats = stats_.f32() + n.stats_offset;
   io.scratch = &scratch_[k];
 }
 
 void Replica::forward(const RunCtx& ctx, const Tensor& input) {
-  input_ = Tensor::view(const_cast<void*>(input.data()), input.dtype(), input.shape());
+  input_ = input.rows(0, input.shape()[0]);  // a view, in the input's memory
   for (size_t k = 0; k < model_.nodes.size(); ++k) {
     io_for(k);
-    model_.nodes[k].layer->forward(ctx, io_);
+    exec_->forward(k, ctx, io_);
   }
 }
 
 void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
-  std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+  exec_->zero(grads_.f32(), grads_.numel());
   size_t last = model_.nodes.size() - 1;
   std::fill(grad_ready_.begin(), grad_ready_.end(), 0);
   // The output's gradient is read in place: the last layer gets a view.
-  Tensor gout_view = Tensor::view(const_cast<void*>(grad_output.data()), DP_F32, grad_output.shape());
+  Tensor gout_view = grad_output.rows(0, grad_output.shape()[0]);
   for (size_t k = last + 1; k-- > 0;) {
     const Node& n = model_.nodes[k];
     const Tensor* gout = k == last ? &gout_view : &act_grads_[k];
-    if (k != last && !grad_ready_[k]) continue;  // nothing downstream used it
+    if (k != last && !grad_ready_[k]) {  // nothing downstream used it
+      exec_->backward_done(k);
+      continue;
+    }
     io_for(k);
     io_.gout = gout;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -69,7 +103,7 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
         io_.gin.push_back(&extra_grads_[k][i]);
       }
     }
-    n.layer->backward(ctx, io_);
+    exec_->backward(k, ctx, io_);
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int j = n.inputs[i];
       if (j < 0) continue;
@@ -77,10 +111,9 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
         grad_ready_[j] = 1;
         continue;
       }
-      float* dst = act_grads_[j].f32();
-      const float* src = extra_grads_[k][i].f32();
-      for (int64_t e = 0, m = act_grads_[j].numel(); e < m; ++e) dst[e] += src[e];
+      exec_->add(act_grads_[j].f32(), extra_grads_[k][i].f32(), act_grads_[j].numel());
     }
+    exec_->backward_done(k);
   }
 }
 

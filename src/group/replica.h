@@ -1,46 +1,78 @@
 // One device's copy of the model: activations, their gradients, per-layer
-// scratch, and its own parameter-gradient buffer. Parameters and buffers are
-// the model's own (CPU replicas share them). Everything here persists across
-// steps and only grows, so a step at a batch size seen before allocates nothing.
+// scratch, and its own parameter-gradient buffer. Everything here persists
+// across steps and only grows, so a step at a batch size seen before allocates
+// nothing. The graph walk (which layer runs, where gradients of shared inputs
+// are summed) is the same on every device; an Executor says how a layer runs
+// on this one: on the CPU, the Layer itself; on a GPU, its CUDA op
+// (backends/cuda/replica.cpp).
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
 
 namespace dp {
 
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void forward(size_t node, const RunCtx& ctx, LayerIO& io) = 0;
+  virtual void backward(size_t node, const RunCtx& ctx, LayerIO& io) = 0;
+  // dst[0, n) += src[0, n) and dst[0, n) = 0, in this device's memory.
+  virtual void add(float* dst, const float* src, int64_t n) = 0;
+  virtual void zero(float* dst, int64_t n) = 0;
+  // Node `node`'s backward is done: gradients of parameters at offsets >=
+  // its param_offset are final (layers run backward in reverse order).
+  virtual void backward_done(size_t node) { (void)node; }
+};
+
 class Replica {
  public:
+  // A CPU replica: layers run on `threads` intra-op workers, and read the
+  // model's own parameters and buffers (shared by all CPU replicas).
   Replica(const Model& model, int threads);
+  // A replica whose layers run through `exec`, with every tensor from
+  // `alloc`; set_weights() says where its parameters and buffers are.
+  Replica(const Model& model, Executor* exec, Allocator* alloc);
+
+  void set_weights(const float* params, const float* buffers) {
+    params_ = params;
+    buffers_ = buffers;
+  }
 
   // Runs the layers on `input` (this replica's rows of the batch).
   void forward(const RunCtx& ctx, const Tensor& input);
   // Back-propagates `grad_output` (rows of the output's gradient) and writes
   // this replica's parameter gradients into grads() (overwritten, not added).
   void backward(const RunCtx& ctx, const Tensor& grad_output);
-  // The model's loss on the last forward: returns this replica's share of the
-  // batch loss and leaves d(loss)/d(output) in loss_grad().
+  // CPU only: the model's loss on the last forward (this replica's share of
+  // the batch loss; d(loss)/d(output) in loss_grad()), and the rows whose
+  // arg-max equals the class target.
   double loss(const RunCtx& ctx, const Tensor& target);
-  // Rows of the last forward whose arg-max equals the class target.
   int64_t correct(const Tensor& target) const;
 
   const Tensor& output() const { return acts_.back(); }
-  const Tensor& loss_grad() const { return loss_grad_; }
-  const float* grads() const { return grads_.data(); }
-  const float* stats(const Node& n) const { return stats_.data() + n.stats_offset; }
-  Workers* pool() { return &pool_; }
+  Tensor& loss_grad() { return loss_grad_; }
+  float* grads() { return grads_.f32(); }
+  float* stats(const Node& n) { return stats_.f32() + n.stats_offset; }
+  Workers* pool() { return pool_.get(); }
 
  private:
+  void init(Allocator* alloc);
   // Points io_ at node k's tensors (io_ is reused: no allocation per layer).
   void io_for(size_t k);
 
   const Model& model_;
-  Workers pool_;
+  std::unique_ptr<Workers> pool_;            // CPU replicas
+  std::unique_ptr<Executor> cpu_exec_;       // CPU replicas: runs the Layer objects
+  Executor* exec_ = nullptr;
+  const float* params_ = nullptr;
+  const float* buffers_ = nullptr;
   std::vector<Tensor> acts_, act_grads_;
   std::vector<std::vector<Tensor>> scratch_;
   std::vector<std::vector<Tensor>> extra_grads_;  // for inputs that feed several layers
   std::vector<char> grad_ready_;
-  std::vector<float> grads_, stats_;
+  Tensor grads_, stats_;
   Tensor input_, loss_grad_;
   LayerIO io_;
 };

@@ -65,6 +65,7 @@ struct Staged {
 };
 
 void stage_model(const StFile& f, const Model& m, bool require_buffers, Staged& s) {
+  m.pull();  // entries a file lacks keep the newest values
   s.params = m.params;
   s.buffers = m.buffers;
   std::vector<std::string> missing;
@@ -126,6 +127,7 @@ json parse_model_json(const std::string& text) { return json::parse(text, nullpt
 }  // namespace
 
 void save_weights(const Model& model, const std::string& path) {
+  model.pull();
   std::vector<StOut> tensors;
   add_model_tensors(model, tensors);
   write_safetensors(path, tensors, {});
@@ -140,11 +142,14 @@ void load_weights(Model& model, const std::string& path) {
   check_all_used(f, s, format && *format == kFormat);
   std::copy(s.params.begin(), s.params.end(), model.params.begin());
   std::copy(s.buffers.begin(), s.buffers.end(), model.buffers.begin());
+  model.host_written();
 }
 
 void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, const LoaderPosition* loader,
                      const char* user_metadata) {
   const Model& m = group.model();
+  m.pull();
+  if (opt) group.optimizer_to_host(*opt);
   std::vector<std::pair<std::string, std::string>> metadata = {
       {"format", kFormat}, {"model", m.description}, {"group_step", std::to_string(group.step())}};
   if (opt) {
@@ -259,7 +264,11 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   std::copy(s.params.begin(), s.params.end(), m.params.begin());
   std::copy(s.buffers.begin(), s.buffers.end(), m.buffers.begin());
   for (size_t i = 0; i < state.size(); ++i) std::copy(s.opt_state[i].begin(), s.opt_state[i].end(), state[i].second->begin());
-  if (opt) opt->steps = opt_steps;
+  m.host_written();
+  if (opt) {
+    opt->steps = opt_steps;
+    ++opt->host_version;
+  }
   group.set_step(group_step);
 }
 

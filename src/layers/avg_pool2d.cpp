@@ -4,17 +4,14 @@
 #include <algorithm>
 
 #include "layers/builtin.h"
+#include "layers/pool2d.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class AvgPool2d final : public Layer {
+class AvgPool2d final : public Layer, public AvgPool2dAttrs {
  public:
-  int64_t kh_, kw_, sh_, sw_, ph_, pw_;
-  bool ceil_ = false, include_pad_ = true;
-  int64_t C_ = 0, H_ = 0, W_ = 0, Ho_ = 0, Wo_ = 0;
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     expect_rank("avg_pool2d", s, 3, "[C, H, W]");

@@ -12,6 +12,7 @@
 // stats are skipped for running_var (still used for running_mean).
 #include <cmath>
 
+#include "layers/batch_norm.h"
 #include "layers/builtin.h"
 #include "layers/util.h"
 
@@ -73,13 +74,8 @@ void plane_grad(const float* __restrict g, const float* __restrict x, float* __r
   for (int64_t j = 0; j < n; ++j) gx[j] = a * (g[j] - mg - (x[j] - m) * is * mgx);
 }
 
-class BatchNorm final : public Layer {
+class BatchNorm final : public Layer, public BatchNormAttrs {
  public:
-  std::string kind_;  // "batch_norm", "batch_norm1d", "batch_norm2d"
-  int64_t C_arg_ = 0, C_ = 0, S_ = 1;
-  double eps_ = 1e-5, momentum_ = 0.1;
-  bool affine_ = true, track_ = true;
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     if (kind_ == "batch_norm1d") {

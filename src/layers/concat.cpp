@@ -2,18 +2,14 @@
 #include <cstring>
 
 #include "layers/builtin.h"
+#include "layers/concat.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Concat final : public Layer {
+class Concat final : public Layer, public ConcatAttrs {
  public:
-  int64_t dim_ = 1;
-  int64_t outer_ = 1;                // per sample, product of the dims before dim
-  std::vector<int64_t> chunk_;       // per input: size(dim) * product of later dims
-  int64_t total_ = 0;                // sum of chunk_
-
   std::pair<int, int> arity() const override { return {2, -1}; }
 
   Shape infer(const std::vector<Shape>& in) override {

@@ -8,26 +8,14 @@
 
 #include "backends/cpu/blas.h"
 #include "layers/builtin.h"
+#include "layers/conv2d.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Conv2d final : public Layer {
+class Conv2d final : public Layer, public Conv2dAttrs {
  public:
-  int64_t cin_ = 0, cout_ = 0, groups_ = 1;
-  int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0, dh_ = 1, dw_ = 1;
-  bool bias_ = true;
-  int64_t H_ = 0, W_ = 0, Ho_ = 0, Wo_ = 0;
-  std::string groups_path_;
-
-  bool pointwise() const {
-    return kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && ph_ == 0 && pw_ == 0;
-  }
-  int64_t K() const { return cin_ / groups_ * kh_ * kw_; }   // gemm depth per group
-  int64_t col_rows() const { return cin_ * kh_ * kw_; }
-  int64_t wsize() const { return cout_ * K(); }
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     expect_rank("conv2d", s, 3, "[C, H, W]");

@@ -5,15 +5,14 @@
 
 #include "core/rng.h"
 #include "layers/builtin.h"
+#include "layers/dropout.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Dropout final : public Layer {
+class Dropout final : public Layer, public DropoutAttrs {
  public:
-  double p_ = 0.5;
-
   Shape infer(const std::vector<Shape>& in) override { return in[0]; }
 
   bool active(const RunCtx& ctx) const { return ctx.training && p_ > 0; }

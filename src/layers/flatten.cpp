@@ -3,16 +3,14 @@
 #include <cstring>
 
 #include "layers/builtin.h"
+#include "layers/flatten.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Flatten final : public Layer {
+class Flatten final : public Layer, public FlattenAttrs {
  public:
-  int64_t start_ = 1, end_ = -1;
-  Shape out_;
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     const int rank = s.ndim + 1;  // with the batch dim

@@ -1,14 +1,13 @@
 // [C, H, W] -> [C]: the mean over each plane (AdaptiveAvgPool2d(1) + flatten).
 #include "layers/builtin.h"
+#include "layers/global_avg_pool.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class GlobalAvgPool final : public Layer {
+class GlobalAvgPool final : public Layer, public GlobalAvgPoolAttrs {
  public:
-  int64_t C_ = 0, HW_ = 0;
-
   Shape infer(const std::vector<Shape>& in) override {
     expect_rank("global_avg_pool", in[0], 3, "[C, H, W]");
     C_ = in[0][0], HW_ = in[0][1] * in[0][2];

@@ -14,6 +14,8 @@
 
 namespace dp {
 
+struct CudaCtx;  // src/backends/cuda/cuda.h
+
 // How a parameter or buffer starts, as PyTorch's reset_parameters() does it.
 struct Init {
   enum Kind { kZeros, kOnes, kUniform } kind = kZeros;
@@ -36,6 +38,7 @@ struct RunCtx {
   int64_t sample_offset = 0;  // global batch index of this replica's first row
   int64_t batch_total = 0;    // the whole batch, over all replicas (loss mean)
   Workers* pool = nullptr;    // this device's intra-op workers
+  CudaCtx* cuda = nullptr;    // a CUDA replica's device, stream and handles; null on a CPU
 };
 
 struct LayerIO {
@@ -50,10 +53,11 @@ struct LayerIO {
   const float* buffers = nullptr; // this layer's buffers (running statistics), shared
   float* stats = nullptr;         // per replica, stats_size() floats, written by a training forward
   std::vector<Tensor>* scratch = nullptr;  // per replica and layer, kept across steps
+  Allocator* alloc = nullptr;  // where scratch lives: null for host memory, a GPU's allocator
 
   // Scratch tensor k of this replica (created on first use, then reused).
   Tensor& tmp(size_t k) {
-    if (scratch->size() <= k) scratch->resize(k + 1);
+    while (scratch->size() <= k) scratch->emplace_back(alloc);
     return (*scratch)[k];
   }
 };

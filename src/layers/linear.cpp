@@ -3,17 +3,14 @@
 
 #include "backends/cpu/blas.h"
 #include "layers/builtin.h"
+#include "layers/linear.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Linear final : public Layer {
+class Linear final : public Layer, public LinearAttrs {
  public:
-  int64_t in_ = 0, out_ = 0;
-  bool bias_ = true;
-  int64_t rows_per_sample_ = 1;
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     if (s.ndim < 1) fail(DP_ERR_SHAPE, "linear expects input of shape [..., in_features], got " + s.str());

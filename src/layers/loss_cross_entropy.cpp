@@ -6,15 +6,14 @@
 #include <cmath>
 
 #include "layers/builtin.h"
+#include "layers/loss_cross_entropy.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class CrossEntropy final : public Loss {
+class CrossEntropy final : public Loss, public CrossEntropyAttrs {
  public:
-  double smoothing_ = 0;
-
   Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const override {
     if (out_sample.ndim != 1)
       fail(DP_ERR_SHAPE, "cross_entropy expects model output of shape [C] per sample, got " + out_sample.str());
@@ -28,12 +27,8 @@ class CrossEntropy final : public Loss {
     if (target.dtype() != DP_I64 || target.numel() != n)
       fail(DP_ERR_SHAPE, std::string("cross_entropy expects int64 targets of shape [") + std::to_string(n) + "], got " +
                              dtype_name(target.dtype()) + " " + target.shape().str());
+    check_class_targets(target, C, ctx.sample_offset);
     const int64_t* t = target.i64();
-    for (int64_t r = 0; r < n; ++r)
-      if (t[r] < 0 || t[r] >= C)
-        fail(DP_ERR_INVALID_ARGUMENT, "target " + std::to_string(t[r]) + " at row " +
-                                          std::to_string(ctx.sample_offset + r) + " is outside [0, " +
-                                          std::to_string(C) + ")");
     float* g = nullptr;
     if (gout) {
       gout->resize(DP_F32, out.shape());

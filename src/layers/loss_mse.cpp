@@ -1,12 +1,13 @@
 // MSELoss (mean over every element of the whole batch): each replica returns
 // sum_its_elements (x - t)^2 / (batch_total * inner).
 #include "layers/builtin.h"
+#include "layers/loss_mse.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Mse final : public Loss {
+class Mse final : public Loss, public MseAttrs {
  public:
   Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const override {
     *dtype = DP_F32;

@@ -2,16 +2,14 @@
 #include <cmath>
 
 #include "layers/builtin.h"
+#include "layers/softmax.h"
 #include "layers/util.h"
 
 namespace dp {
 
 namespace {
-class Softmax final : public Layer {
+class Softmax final : public Layer, public SoftmaxAttrs {
  public:
-  int64_t dim_ = -1;
-  int64_t outer_ = 1, D_ = 1, inner_ = 1;  // per sample: [outer, D, inner]
-
   Shape infer(const std::vector<Shape>& in) override {
     const Shape& s = in[0];
     const int rank = s.ndim + 1;

@@ -28,6 +28,15 @@ struct NamedTensor {
   int64_t offset = 0;  // in the flat array
 };
 
+// A copy of the model's arrays on devices (a GPU group's): the host arrays
+// are brought up to date before the host reads them.
+class DeviceCopy {
+ public:
+  virtual ~DeviceCopy() = default;
+  // Copies parameters and gradients to the host if the devices hold newer ones.
+  virtual void to_host() = 0;
+};
+
 class Model {
  public:
   // Loads the plugin named by entry i of the top-level "plugins" list (json_path
@@ -52,6 +61,16 @@ class Model {
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
 
   const Shape& output_shape() const { return nodes.back().out_shape; }
+
+  // Before the host reads params, grads or buffers: the newest values.
+  void pull() const {
+    if (device_copy) device_copy->to_host();
+  }
+  // After the host writes params or buffers: device copies reload them.
+  void host_written() { ++host_version; }
+
+  DeviceCopy* device_copy = nullptr;  // the GPU group that trains this model, if any
+  uint64_t host_version = 0;
 };
 
 }  // namespace dp

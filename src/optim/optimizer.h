@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/workers.h"
+#include "optim/rules.h"
 
 namespace dp {
 
@@ -23,6 +24,8 @@ class Optimizer {
   virtual void begin_step() { ++steps; }
   // Updates params[b, e) from grads[b, e). Thread-safe for disjoint ranges.
   virtual void update(float* params, const float* grads, int64_t b, int64_t e) = 0;
+  // The rule update() applies, for backends that apply it themselves (CUDA).
+  virtual OptimRule rule() const = 0;
   // A whole step over n parameters, split over pool.
   void step(float* params, const float* grads, int64_t n, Workers* pool);
 
@@ -35,6 +38,13 @@ class Optimizer {
   static const int64_t kGrain = 1 << 14;  // elements per range: stays in L2
   double lr = 0;
   int64_t steps = 0;
+  // Bumped whenever state() is written on the host (a checkpoint load), so a
+  // GPU group's copy of the state knows to reload it.
+  uint64_t host_version = 0;
+  const uint64_t id = next_id();  // keys a GPU group's copy of the state
+
+ private:
+  static uint64_t next_id();
 };
 
 }  // namespace dp

@@ -8,7 +8,29 @@ namespace dp {
 // 64-byte alignment: a cache line, and what AVX-512 loads prefer.
 static constexpr std::align_val_t kAlign{64};
 
-void Tensor::Free::operator()(void* p) const { ::operator delete(p, kAlign); }
+void Tensor::release() {
+  if (capacity_ == 0) return;
+  if (alloc_)
+    alloc_->release(ptr_, capacity_);
+  else
+    ::operator delete(ptr_, kAlign);
+  ptr_ = nullptr;
+  capacity_ = 0;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this == &o) return *this;
+  release();
+  alloc_ = o.alloc_;
+  ptr_ = o.ptr_;
+  capacity_ = o.capacity_;
+  dtype_ = o.dtype_;
+  shape_ = o.shape_;
+  o.ptr_ = nullptr;
+  o.capacity_ = 0;
+  o.shape_ = Shape();
+  return *this;
+}
 
 Tensor Tensor::view(void* data, dp_dtype dtype, const Shape& shape) {
   Tensor t;
@@ -22,22 +44,26 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   Shape s = shape_;
   s.d[0] = count;
   auto* base = static_cast<char*>(ptr_) + begin * shape_.inner() * static_cast<int64_t>(dtype_size(dtype_));
-  return view(base, dtype_, s);
+  Tensor v = view(base, dtype_, s);
+  v.alloc_ = alloc_;  // a view of device memory is device memory
+  return v;
 }
 
 void Tensor::resize(dp_dtype dtype, const Shape& shape) {
   if (is_view()) fail(DP_ERR_INTERNAL, "resize of a tensor view");
   size_t need = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  if (need > capacity_) {
-    owned_.reset(::operator new(need, kAlign));
+  if (need > capacity_ || ptr_ == nullptr) {
+    release();
+    if (need == 0) need = 1;  // a real pointer, even for an empty tensor
+    ptr_ = alloc_ ? alloc_->allocate(need) : ::operator new(need, kAlign);
     capacity_ = need;
   }
-  ptr_ = owned_.get();
   dtype_ = dtype;
   shape_ = shape;
 }
 
 void Tensor::zero() {
+  if (alloc_) fail(DP_ERR_INTERNAL, "Tensor::zero on device memory");
   if (ptr_) std::memset(ptr_, 0, bytes());
 }
 

@@ -11,6 +11,16 @@
 
 namespace dp {
 
+// Where a tensor's storage comes from: host memory by default, a device's
+// caching allocator for tensors that live on a GPU (src/backends/cuda). A
+// device tensor's f32()/data() are device pointers: only kernels touch them.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+};
+
 inline size_t dtype_size(dp_dtype t) { return t == DP_I64 ? 8 : 4; }
 inline const char* dtype_name(dp_dtype t) { return t == DP_I64 ? "int64" : "float32"; }
 
@@ -18,12 +28,15 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(dp_dtype dtype, const Shape& shape) { resize(dtype, shape); }
-  Tensor(Tensor&&) noexcept = default;
-  Tensor& operator=(Tensor&&) noexcept = default;
+  // An empty tensor whose storage will come from `alloc` (null: host memory).
+  explicit Tensor(Allocator* alloc) : alloc_(alloc) {}
+  ~Tensor() { release(); }
+  Tensor(Tensor&& o) noexcept { *this = std::move(o); }
+  Tensor& operator=(Tensor&& o) noexcept;
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
 
-  // Non-owning view of `data` (which must outlive the view).
+  // Non-owning view of host memory `data` (which must outlive the view).
   static Tensor view(void* data, dp_dtype dtype, const Shape& shape);
   // Rows [begin, begin + count) of dim 0, as a view.
   Tensor rows(int64_t begin, int64_t count) const;
@@ -38,7 +51,8 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
-  bool is_view() const { return ptr_ != nullptr && !owned_; }
+  bool is_view() const { return ptr_ != nullptr && capacity_ == 0; }
+  Allocator* allocator() const { return alloc_; }
 
   float* f32() { return static_cast<float*>(ptr_); }
   const float* f32() const { return static_cast<const float*>(ptr_); }
@@ -48,12 +62,11 @@ class Tensor {
   const void* data() const { return ptr_; }
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> owned_;
+  void release();
+
+  Allocator* alloc_ = nullptr;  // null: host memory
   void* ptr_ = nullptr;
-  size_t capacity_ = 0;
+  size_t capacity_ = 0;  // bytes owned at ptr_; 0 for a view
   dp_dtype dtype_ = DP_F32;
   Shape shape_;
 };

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# dp's CUDA backend on one GPU: its tests, then training throughput against
+# PyTorch eager, then achieved TFLOP/s on a large MLP against cuBLAS.
+#
+#   bench/gpu.sh                          builds build-gpu (meson -Dcuda=enabled) first
+#   DP_BUILD=/path/to/build bench/gpu.sh  uses a build made elsewhere (no meson, no ninja)
+#
+# Stages (each one's failure is shown, and the next one runs):
+#   1 build      meson setup + ninja, unless DP_BUILD is given
+#   2 tests      tests/cuda/test_cuda_layers and test_cuda_group, run directly
+#   3 models     `dp bench --devices cuda:0` against bench/torch_gpu.py (the same
+#                architecture from the same JSON, PyTorch eager), samples/s, side by side
+#   4 large MLP  dp's training TFLOP/s on examples/large_mlp.json against torch.mm
+#
+# Environment (all optional):
+#   DP_BUILD       a configured and built dp build directory (skips stage 1)
+#   BUILD_DIR      where stage 1 builds (default: <repo>/build-gpu)
+#   OUT            a directory: logs, results.jsonl and gpu_bench.json are written there
+#   PYTHON         python3 with torch (default: python3)
+#   BUDGET_S       seconds for stages 2-4 together (default 420); each step is
+#                  also bounded by its own timeout
+#   ROUNDS         interleaved dp/torch rounds per model (default 3; medians reported)
+#   MLP_STEPS, CNN_STEPS, LARGE_STEPS, LARGE_BATCH   timed steps and the large MLP's batch
+#   DP_EXTRA_LIBS  colon-separated directories of runtime libraries to add (e.g. a
+#                  copied libopenblas.so.0); <build>/runtime-libs is added when it exists
+# LD_LIBRARY_PATH gets the CUDA libraries of PyTorch's pip packages
+# (site-packages/nvidia/*/lib) found through $PYTHON, for a machine whose
+# cuBLAS, cuDNN and NCCL exist only there.
+#
+# Exit status: 0 when every test passed and every measurement ran, 1 otherwise.
+set -u
+set -o pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+PY=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-420}
+ROUNDS=${ROUNDS:-3}
+MLP_STEPS=${MLP_STEPS:-500}
+CNN_STEPS=${CNN_STEPS:-100}
+LARGE_STEPS=${LARGE_STEPS:-20}
+LARGE_BATCH=${LARGE_BATCH:-8192}
+OPT='{"type": "sgd", "lr": 0.01, "momentum": 0.9}'
+TORCH_PY="$here/torch_gpu.py"
+
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT/gpu_bench_logs"
+  LOGS="$OUT/gpu_bench_logs"
+else
+  LOGS=$(mktemp -d /tmp/dp_gpu_bench.XXXXXX)
+fi
+RESULTS="$LOGS/results.jsonl"
+: > "$RESULTS"
+failures=()
+summary=()
+
+say() { printf '%s\n' "$*"; }
+stage() { say ""; say "=== $* ==="; }
+fail() { failures+=("$1"); say "FAIL: $1"; }
+
+# ---------------------------------------------------------------- timing --
+start_s=$(date +%s)  # set again after stage 1: the budget is for stages 2-4
+left() { echo $((BUDGET_S - ($(date +%s) - start_s))); }
+# bounded SECONDS CMD...: runs CMD with a timeout of min(SECONDS, budget left);
+# 124 when it timed out, 125 when no time was left to start it.
+bounded() {
+  local want=$1 have
+  shift
+  have=$(left)
+  if [ "$have" -lt 5 ]; then
+    say "  (skipped: the time budget BUDGET_S=$BUDGET_S is spent)"
+    return 125
+  fi
+  [ "$want" -gt "$have" ] && want=$have
+  timeout -k 10 "$want" "$@"
+}
+
+# record KIND MODEL IMPL ROUND RC FILE: the last JSON line of FILE into results.jsonl.
+record() {
+  "$PY" - "$@" >> "$RESULTS" <<'EOF'
+import json, sys
+kind, model, impl, rnd, rc, path = sys.argv[1:7]
+data = None
+try:
+    with open(path) as f:
+        lines = [l.strip() for l in f if l.strip().startswith('{')]
+    data = json.loads(lines[-1]) if lines else None
+except Exception:
+    data = None
+print(json.dumps({'kind': kind, 'model': model, 'impl': impl, 'round': int(rnd), 'rc': int(rc), 'result': data}))
+EOF
+}
+
+# -------------------------------------------------------- libraries -------
+# CUDA libraries shipped in pip packages (nvidia-cublas, nvidia-cudnn, ...):
+# every .../nvidia/**/lib directory with shared objects.
+nv_dirs=$("$PY" - 2>/dev/null <<'EOF'
+import os
+try:
+    import nvidia
+except Exception:
+    raise SystemExit(0)
+dirs = set()
+for base in list(getattr(nvidia, '__path__', [])):
+    for dirpath, subdirs, files in os.walk(base):
+        if dirpath[len(base):].count(os.sep) >= 3:
+            subdirs[:] = []
+        if os.path.basename(dirpath) == 'lib' and any('.so' in f for f in files):
+            dirs.add(dirpath)
+print(':'.join(sorted(dirs)))
+EOF
+)
+extra="${DP_EXTRA_LIBS:-}"
+
+# ---------------------------------------------------------- stage 1 -------
+stage "1 build"
+if [ -n "${DP_BUILD:-}" ]; then
+  B=$(cd "$DP_BUILD" 2>/dev/null && pwd) || B=$DP_BUILD
+  say "prebuilt: DP_BUILD=$B (not rebuilt)"
+  summary+=("build: prebuilt $B")
+else
+  B=${BUILD_DIR:-$root/build-gpu}
+  build_ok=1
+  if [ ! -f "$B/build.ninja" ]; then
+    say "meson setup $B -Dcuda=enabled"
+    (cd "$root" && timeout -k 10 600 meson setup "$B" -Dcuda=enabled) > "$LOGS/build.log" 2>&1 || build_ok=0
+  fi
+  if [ "$build_ok" = 1 ]; then
+    say "ninja -C $B"
+    timeout -k 10 "${BUILD_TIMEOUT:-1800}" ninja -C "$B" >> "$LOGS/build.log" 2>&1 || build_ok=0
+  fi
+  if [ "$build_ok" = 1 ]; then
+    summary+=("build: OK ($B)")
+  else
+    tail -n 40 "$LOGS/build.log"
+    fail "build (log: $LOGS/build.log)"
+    summary+=("build: FAILED (log: $LOGS/build.log)")
+  fi
+fi
+start_s=$(date +%s)
+# A build copied without its symbolic links (libdp.so -> libdp.so.1 ->
+# libdp.so.X.Y.Z) cannot load libdp: put the links back.
+for real in "$B"/src/libdp.so.[0-9]*.[0-9]*.[0-9]*; do
+  [ -f "$real" ] || continue
+  soname=$(readelf -d "$real" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+  for link in "${soname:-libdp.so.1}" libdp.so; do
+    if [ ! -e "$B/src/$link" ]; then
+      say "restoring $B/src/$link -> $(basename "$real")"
+      ln -sf "$(basename "$real")" "$B/src/$link"
+    fi
+  done
+done
+[ -d "$B/runtime-libs" ] && extra="$B/runtime-libs${extra:+:$extra}"
+LD_LIBRARY_PATH="${extra:+$extra:}${nv_dirs:+$nv_dirs:}${LD_LIBRARY_PATH:-}"
+LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+export LD_LIBRARY_PATH
+DP="$B/src/cli/dp"
+LIBDP="$B/src/libdp.so"
+[ -f "$B/plugins/swish.so" ] && export DP_TEST_PLUGIN_SWISH="$B/plugins/swish.so"
+
+# ---------------------------------------------------------- header --------
+stage "machine"
+gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 4)
+[ -n "$gpu" ] || gpu="(nvidia-smi gave nothing)"
+say "GPU (nvidia-smi):  $gpu"
+# OpenBLAS's kernel: the one libdp loads reports its core (OPENBLAS_CORETYPE forces one).
+blas_lib=$(ldd "$LIBDP" 2>/dev/null | awk '/libopenblas/ {print $3; exit}')
+blas_core="(libopenblas not found through libdp.so)"
+if [ -n "$blas_lib" ] && [ -f "$blas_lib" ]; then
+  blas_core=$(timeout 30 "$PY" -c 'import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.openblas_get_corename.restype = ctypes.c_char_p; l.openblas_get_config.restype = ctypes.c_char_p; print("%s (%s)" % (l.openblas_get_corename().decode(), l.openblas_get_config().decode()))' "$blas_lib" 2>&1 | tail -n 1)
+fi
+say "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-(unset)}; OpenBLAS kernel in use: $blas_core"
+say "CPU:               $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//') ($(nproc) cores)"
+torch_info=$(timeout 120 "$PY" -c 'import sys, torch; print("python %s, torch %s, CUDA %s, cuDNN %s, GPU visible to torch: %s" % (sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available()))' 2>&1 | tail -n 1)
+say "PyTorch:           $torch_info"
+dp_version=$(timeout 30 "$DP" --version 2>&1 | tail -n 1)
+say "dp:                $DP ($dp_version)"
+say "dp devices:"
+timeout 60 "$DP" devices 2>&1 | sed 's/^/  /'
+say "LD_LIBRARY_PATH:   ${LD_LIBRARY_PATH:-(empty)}"
+# Which CUDA libraries dp resolves, and anything missing.
+unloadable=""
+for f in "$LIBDP" "$DP" "$B/tests/cuda/test_cuda_layers" "$B/tests/cuda/test_cuda_group"; do
+  if [ ! -e "$f" ]; then
+    say "  not in the build: $f"
+    continue
+  fi
+  nf=$(ldd "$f" 2>&1 | grep -E 'not found|no version information' | sort -u)
+  if [ -n "$nf" ]; then
+    say "  $f cannot load:"
+    printf '%s\n' "$nf" | sed 's/^/    /'
+    unloadable="$unloadable $f"
+  fi
+done
+if [ -e "$LIBDP" ]; then
+  say "  libdp.so resolves:"
+  ldd "$LIBDP" 2>&1 | grep -E 'cudart|cublas|cudnn|nccl|openblas|libstdc' | sed 's/^/    /'
+fi
+[ -n "$unloadable" ] && fail "shared libraries missing for:$unloadable (DP_EXTRA_LIBS or <build>/runtime-libs can add directories)"
+"$PY" - "$gpu" "${OPENBLAS_CORETYPE:-(unset)}" "$blas_core" "$torch_info" "$dp_version" >> "$RESULTS" <<'EOF'
+import json, platform, sys
+gpu, core, kernel, torch_info, dp = sys.argv[1:6]
+print(json.dumps({'kind': 'header', 'model': '', 'impl': '', 'round': 0, 'rc': 0,
+                  'result': {'gpu': gpu, 'openblas_coretype': core, 'openblas_kernel': kernel, 'torch': torch_info,
+                             'dp': dp, 'host': platform.node()}}))
+EOF
+
+# ---------------------------------------------------------- stage 2 -------
+stage "2 CUDA tests"
+for t in test_cuda_layers test_cuda_group; do
+  exe="$B/tests/cuda/$t"
+  log="$LOGS/$t.log"
+  if [ ! -x "$exe" ]; then
+    fail "$t: $exe not built"
+    summary+=("$t: NOT BUILT")
+    continue
+  fi
+  say "--- $t (log: $log)"
+  t0=$(date +%s)
+  bounded 240 "$exe" -nc > "$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  # doctest's failures and its closing lines; progress lines only around a crash.
+  grep -E 'TEST CASE:|logged:|THREW|exception|FATAL|SIG|test cases:|assertions:|Status:|SKIP|FAIL|MESSAGE:' "$log" \
+    | grep -v '^cuda_[a-z]*: [^SF]' | cut -c1-400 | head -n 80
+  case $rc in
+    0) verdict="PASS" ;;
+    77) verdict="SKIPPED: $(grep -m1 SKIP "$log")" ;;
+    124|137) verdict="TIMED OUT"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
+    125) verdict="NOT RUN (time budget)" ;;
+    *) verdict="FAIL (exit $rc)"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
+  esac
+  say "$t: $verdict (${secs}s)"
+  summary+=("$t: $verdict (${secs}s; $(grep -m1 'test cases:' "$log" | sed 's/^\[doctest\] *//'))")
+  [ "$rc" = 0 ] || fail "$t: $verdict"
+  "$PY" - "$t" "$rc" "$log" >> "$RESULTS" <<'EOF'
+import json, sys
+name, rc, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+text = open(path, errors='replace').read()
+lines = [l for l in text.splitlines() if 'test cases:' in l or 'assertions:' in l]
+print(json.dumps({'kind': 'test', 'model': name, 'impl': '', 'round': 0, 'rc': rc,
+                  'result': {'rc': rc, 'summary': lines, 'log_tail': text.splitlines()[-15:]}}))
+EOF
+done
+
+# ---------------------------------------------------------- stage 3 -------
+stage "3 training samples/s: dp (cuda:0) against PyTorch eager, batch 256, SGD momentum, TF32 off"
+# Parameter counts and layer-by-layer shapes of the torch translation, checked
+# against dp's own model (libdp through ctypes).
+for m in fashion_mnist_mlp cifar_resnet large_mlp; do
+  json="$root/examples/$m.json"
+  bounded 120 "$PY" "$TORCH_PY" info "$json" --dp-lib "$LIBDP" > "$LOGS/info_$m.log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    say "  $m: torch/dp parameter check failed (rc $rc):"
+    tail -n 3 "$LOGS/info_$m.log" | sed 's/^/    /'
+    fail "$m: the torch model does not match dp's (or libdp could not be loaded from python)"
+    bounded 120 "$PY" "$TORCH_PY" info "$json" > "$LOGS/info_$m.log" 2>&1  # the counts at least
+  fi
+  say "  $m: $(tail -n 1 "$LOGS/info_$m.log")"
+  record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
+done
+
+run_dp() {  # MODEL BATCH STEPS ROUND
+  local log="$LOGS/dp_$1_r$4.log"
+  bounded 180 "$DP" bench "$root/examples/$1.json" --devices cuda:0 --batch-size "$2" --steps "$3" \
+    --optimizer "$OPT" > "$log" 2>&1
+  local rc=$?
+  record bench "$1" dp "$4" "$rc" "$log"
+  if [ "$rc" != 0 ]; then
+    say "  dp    $1 round $4: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "dp bench $1 round $4 (log: $log)"
+  else
+    say "  dp    $1 round $4: $(tail -n 1 "$log")"
+  fi
+}
+run_torch() {  # MODEL BATCH STEPS ROUND WARMUP [IMPL EXTRA...]
+  local m=$1 batch=$2 steps=$3 r=$4 warm=$5 impl=${6:-torch}
+  shift 6 2>/dev/null || shift $#
+  local log="$LOGS/${impl}_${m}_r$r.log"
+  bounded 180 "$PY" "$TORCH_PY" train "$root/examples/$m.json" --batch-size "$batch" --steps "$steps" \
+    --warmup "$warm" --optimizer "$OPT" "$@" > "$log" 2>&1
+  local rc=$?
+  record bench "$m" "$impl" "$r" "$rc" "$log"
+  if [ "$rc" != 0 ]; then
+    say "  $impl $m round $r: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "$impl $m round $r (log: $log)"
+  else
+    say "  $impl $m round $r: $(tail -n 1 "$log")"
+  fi
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  run_dp fashion_mnist_mlp 256 "$MLP_STEPS" "$r"
+  run_torch fashion_mnist_mlp 256 "$MLP_STEPS" "$r" 20 torch
+  run_dp cifar_resnet 256 "$CNN_STEPS" "$r"
+  run_torch cifar_resnet 256 "$CNN_STEPS" "$r" 10 torch
+done
+run_torch cifar_resnet 256 "$CNN_STEPS" 1 10 torch_cudnn_benchmark --cudnn-benchmark
+say ""
+"$PY" "$TORCH_PY" report "$RESULTS" --section models | tee "$LOGS/table_models.txt"
+
+# ---------------------------------------------------------- stage 4 -------
+stage "4 large MLP: dp's training TFLOP/s against a cuBLAS fp32 matrix product (TF32 off)"
+log="$LOGS/mm.log"
+bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 > "$log" 2>&1
+rc=$?
+record mm large_mlp torch 0 "$rc" "$log"
+if [ "$rc" != 0 ]; then
+  say "  torch.mm: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+  fail "torch.mm reference (log: $log)"
+else
+  say "  torch.mm: $(tail -n 1 "$log")"
+fi
+for r in 1 2; do
+  run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" "$r"
+done
+run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch
+say ""
+"$PY" "$TORCH_PY" report "$RESULTS" --section large_mlp | tee "$LOGS/table_large_mlp.txt"
+
+# ---------------------------------------------------------- summary -------
+json_out=""
+if [ -n "${OUT:-}" ]; then
+  json_out="$OUT/gpu_bench.json"
+  "$PY" "$TORCH_PY" report "$RESULTS" --section all --json "$json_out" > /dev/null || fail "writing $json_out"
+fi
+stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages 2-4)"
+say "GPU: $gpu | OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, kernel $blas_core | $torch_info"
+for s in "${summary[@]}"; do say "$s"; done
+cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" 2>/dev/null
+say "logs: $LOGS${json_out:+; table: $json_out}"
+if [ "${#failures[@]}" -gt 0 ]; then
+  say "FAILURES (${#failures[@]}):"
+  for f in "${failures[@]}"; do say "  - $f"; done
+  exit 1
+fi
+say "all stages OK"
+exit 0

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Packs a CUDA build of dp for a GPU machine that has the NVIDIA driver and
+# PyTorch but no Debian -dev packages (the lent H200): the build tree's
+# programs and modules (rpaths are $ORIGIN-relative, so the layout is kept,
+# debug information stripped) plus the runtime libraries such a machine lacks
+# (OpenBLAS and its gfortran) in runtime-libs/, which bench/gpu.sh puts on
+# LD_LIBRARY_PATH. cuBLAS, cuDNN and NCCL come from the machine (PyTorch's
+# pip packages), as the same major versions.
+#
+#   bench/gpu_pack.sh [BUILD_DIR [OUT.tar.xz]]   (defaults: build-gpu, .gpu/bundle.tar.xz)
+#   then, there:  tar -xJf bundle.tar.xz -C /tmp && DP_BUILD=/tmp/build-gpu bench/gpu.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build-gpu}" && pwd)
+out=${2:-$root/.gpu/bundle.tar.xz}
+mkdir -p "$(dirname "$out")"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+dst="$stage/$(basename "$build")"
+cd "$build"
+find . -path ./meson-private -prune -o \( -type f -o -type l \) \( -perm -u+x -o -name '*.so*' \) ! -path '*.p/*' -print |
+  while read -r f; do
+    mkdir -p "$dst/$(dirname "$f")"
+    cp -P "$f" "$dst/$f"
+    [ -L "$f" ] || strip --strip-debug "$dst/$f" 2>/dev/null || true
+  done
+mkdir -p "$dst/runtime-libs"
+blas=$(ldd "$build/src/libdp.so" | awk '/libopenblas/ {print $3}')
+for lib in "$blas" $(ldd "$blas" | awk '/libgfortran|libquadmath/ {print $3}'); do
+  cp -L "$lib" "$dst/runtime-libs/"
+done
+tar -C "$stage" -cJf "$out" "$(basename "$build")"
+echo "$out: $(du -h "$out" | cut -f1)"

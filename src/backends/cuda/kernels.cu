@@ -1,0 +1,65 @@
+#include "backends/cuda/kernels.h"
+
+namespace dp {
+
+namespace {
+
+struct Sources {
+  const float* p[kMaxReplicasPerDevice];
+};
+
+__global__ void add_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] += src[i];
+}
+
+__global__ void sum_kernel(float* dst, Sources src, int k, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int j = 0; j < k; ++j) s += src.p[j][i];  // in replica order, as the CPU group sums
+    dst[i] = s;
+  }
+}
+
+__global__ void update_kernel(float* __restrict__ p, float* __restrict__ acc, const float* __restrict__ step,
+                              OptimRule r, bool apply, float* __restrict__ s0, float* __restrict__ s1, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = acc[i];
+    if (step) acc[i] = g = g + step[i];
+    if (!apply) continue;
+    switch (r.kind) {
+      case OptimRule::kSgd: sgd_plain(p[i], g, r); break;
+      case OptimRule::kSgdMomentumFirst: sgd_first(p[i], g, s0[i], r); break;
+      case OptimRule::kSgdMomentum: sgd_momentum(p[i], g, s0[i], r); break;
+      case OptimRule::kSgdNesterov: sgd_nesterov(p[i], g, s0[i], r); break;
+      case OptimRule::kAdam: adam(p[i], g, s0[i], s1[i], r); break;
+    }
+  }
+}
+
+}  // namespace
+
+void cuda_add(cudaStream_t s, float* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  add_kernel<<<cuda_blocks(n), 256, 0, s>>>(dst, src, n);
+  DP_CUDA_LAUNCHED();
+}
+
+void cuda_sum(cudaStream_t s, float* dst, const float* const* src, int k, int64_t n) {
+  if (n <= 0) return;
+  if (k > kMaxReplicasPerDevice) fail(DP_ERR_DEVICE, "more than " + std::to_string(kMaxReplicasPerDevice) + " replicas on one GPU");
+  Sources srcs{};
+  for (int j = 0; j < k; ++j) srcs.p[j] = src[j];
+  sum_kernel<<<cuda_blocks(n), 256, 0, s>>>(dst, srcs, k, n);
+  DP_CUDA_LAUNCHED();
+}
+
+void cuda_update(cudaStream_t s, float* params, float* acc, const float* step, const OptimRule* rule, float* state0,
+                 float* state1, int64_t n) {
+  if (n <= 0) return;
+  update_kernel<<<cuda_blocks(n), 256, 0, s>>>(params, acc, step, rule ? *rule : OptimRule{}, rule != nullptr, state0,
+                                              state1, n);
+  DP_CUDA_LAUNCHED();
+}
+
+}  // namespace dp

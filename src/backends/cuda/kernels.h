@@ -1,0 +1,22 @@
+// The engine's own kernels: gradient sums and the fused optimizer update.
+#pragma once
+#include <cstdint>
+
+#include "backends/cuda/cuda.h"
+#include "optim/rules.h"
+
+namespace dp {
+
+constexpr int kMaxReplicasPerDevice = 16;
+
+// dst[0, n) += src[0, n).
+void cuda_add(cudaStream_t s, float* dst, const float* src, int64_t n);
+// dst[i] = src[0][i] + src[1][i] + ... (k >= 1 sources, in that order; k = 0
+// zeroes dst). dst may be src[0].
+void cuda_sum(cudaStream_t s, float* dst, const float* const* src, int k, int64_t n);
+// acc[i] += step[i] (step may be null), then, with a rule, one optimizer step
+// on params from acc, using state0/state1 (momentum buffer; Adam's m and v).
+void cuda_update(cudaStream_t s, float* params, float* acc, const float* step, const OptimRule* rule, float* state0,
+                 float* state1, int64_t n);
+
+}  // namespace dp

@@ -1,0 +1,286 @@
+// conv2d on cuDNN (the legacy convolution API): forward, backward data and
+// backward filter, with groups, stride, padding, dilation and bias.
+//
+// Per op (one per replica): the filter, convolution and bias descriptors are
+// made once; the input/output descriptors are re-set when the batch size
+// changes. The algorithms are chosen once per (batch size, allow_tf32) from
+// cuDNN's heuristics (cudnnGet...Algorithm_v7, which neither runs kernels nor
+// synchronises) and cached: the first candidate, in cuDNN's order, that is
+// deterministic and needs at most kWorkspaceCap bytes; else the first that
+// fits the cap; else the one with the smallest workspace. One workspace,
+// io.tmp(0), sized for the largest of the three, persists across steps.
+//
+// Math: CUDNN_FMA_MATH (plain FP32) unless ctx.cuda->allow_tf32, in which case
+// the heuristics run with CUDNN_DEFAULT_MATH and each algorithm runs with the
+// math type cuDNN reported for it (TF32 tensor ops allowed; FP16 conversion is
+// never accepted).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/ops/ops.h"
+#include "layers/conv2d.h"
+
+namespace dp {
+
+namespace {
+
+// Descriptors owned by the op; destroyed without throwing.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc() { DP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
+  ~TensorDesc() {
+    if (d) cudnnDestroyTensorDescriptor(d);
+  }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc() { DP_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d)); }
+  ~FilterDesc() {
+    if (d) cudnnDestroyFilterDescriptor(d);
+  }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc() { DP_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d)); }
+  ~ConvDesc() {
+    if (d) cudnnDestroyConvolutionDescriptor(d);
+  }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// Workspace above which a faster-looking algorithm is passed over for one
+// that needs less (as long as some candidate fits).
+constexpr size_t kWorkspaceCap = size_t(1) << 30;
+
+int to_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT32_MAX)
+    fail(DP_ERR_SHAPE, std::string("conv2d on CUDA: ") + what + " = " + std::to_string(v) + " does not fit cuDNN's int");
+  return static_cast<int>(v);
+}
+
+// One direction's choice.
+template <class Algo>
+struct Choice {
+  Algo algo{};
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t ws = 0;
+};
+
+struct Plan {
+  Choice<cudnnConvolutionFwdAlgo_t> fwd;
+  Choice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
+  Choice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
+  size_t ws() const {
+    size_t m = fwd.ws;
+    if (bwd_data.ws > m) m = bwd_data.ws;
+    if (bwd_filter.ws > m) m = bwd_filter.ws;
+    return m;
+  }
+};
+
+class CudaConv2d final : public CudaOp {
+ public:
+  explicit CudaConv2d(const Conv2dAttrs& a) : a_(a) {
+    DP_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(a_.cout_, "out_channels"),
+                                              to_int(a_.cin_ / a_.groups_, "in_channels / groups"),
+                                              to_int(a_.kh_, "kernel height"), to_int(a_.kw_, "kernel width")));
+    DP_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.d, to_int(a_.ph_, "padding"), to_int(a_.pw_, "padding"),
+                                                   to_int(a_.sh_, "stride"), to_int(a_.sw_, "stride"),
+                                                   to_int(a_.dh_, "dilation"), to_int(a_.dw_, "dilation"),
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DP_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_.d, to_int(a_.groups_, "groups")));
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, CUDNN_FMA_MATH));
+    DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, to_int(a_.cout_, "out_channels"),
+                                              1, 1));
+  }
+
+  void forward(const RunCtx& ctx, LayerIO& io) override {
+    const Tensor& x = *io.in[0];
+    const int64_t n = x.shape()[0];
+    io.out->resize(DP_F32, Shape{n, a_.cout_, a_.Ho_, a_.Wo_});
+    if (n == 0) return;
+    cudnnHandle_t h = ctx.cuda->cudnn;
+    prepare(h, ctx.cuda->allow_tf32, n);
+    void* ws = workspace(io);
+    const float one = 1.f, zero = 0.f;
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.fwd.math));
+    DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x.f32(), w_.d, io.params, conv_.d, plan_.fwd.algo, ws,
+                                           plan_.fwd.ws, &zero, y_.d, io.out->f32()));
+    if (a_.bias_)
+      DP_CUDNN_CHECK(cudnnAddTensor(h, &one, b_.d, io.params + a_.wsize(), &one, y_.d, io.out->f32()));
+  }
+
+  void backward(const RunCtx& ctx, LayerIO& io) override {
+    const Tensor& x = *io.in[0];
+    const int64_t n = x.shape()[0];
+    Tensor* gin = io.gin.empty() ? nullptr : io.gin[0];
+    if (gin) gin->resize(DP_F32, x.shape());
+    if (n == 0) return;  // nothing to add to the gradients; gin is empty
+    cudnnHandle_t h = ctx.cuda->cudnn;
+    prepare(h, ctx.cuda->allow_tf32, n);
+    void* ws = workspace(io);
+    const float one = 1.f, zero = 0.f;
+    const float* dy = io.gout->f32();
+    // dW += conv_bwd_filter(x, dy): beta = 1 accumulates into io.grads.
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_filter.math));
+    DP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_.d, x.f32(), y_.d, dy, conv_.d, plan_.bwd_filter.algo, ws,
+                                                  plan_.bwd_filter.ws, &one, w_.d, io.grads));
+    if (a_.bias_)
+      DP_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, y_.d, dy, &one, b_.d, io.grads + a_.wsize()));
+    if (gin) {
+      DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_data.math));
+      DP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_.d, io.params, y_.d, dy, conv_.d, plan_.bwd_data.algo, ws,
+                                                  plan_.bwd_data.ws, &zero, x_.d, gin->f32()));
+    }
+  }
+
+ private:
+  // Descriptors and algorithms for batch size n (host work only).
+  void prepare(cudnnHandle_t h, bool tf32, int64_t n) {
+    if (n == n_ && tf32 == tf32_) return;
+    const int ni = to_int(n, "batch size");
+    if (n != n_) {
+      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni, to_int(a_.cin_, "in_channels"),
+                                                to_int(a_.H_, "input height"), to_int(a_.W_, "input width")));
+      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni,
+                                                to_int(a_.cout_, "out_channels"), to_int(a_.Ho_, "output height"),
+                                                to_int(a_.Wo_, "output width")));
+      int on = 0, oc = 0, oh = 0, ow = 0;
+      DP_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_.d, x_.d, w_.d, &on, &oc, &oh, &ow));
+      if (on != ni || oc != a_.cout_ || oh != a_.Ho_ || ow != a_.Wo_)
+        fail(DP_ERR_INTERNAL, "conv2d on CUDA: cuDNN's output shape [" + std::to_string(on) + ", " + std::to_string(oc) +
+                                  ", " + std::to_string(oh) + ", " + std::to_string(ow) + "] differs from the layer's [" +
+                                  std::to_string(n) + ", " + std::to_string(a_.cout_) + ", " + std::to_string(a_.Ho_) +
+                                  ", " + std::to_string(a_.Wo_) + "]");
+    }
+    n_ = n;
+    tf32_ = tf32;
+    auto key = std::make_pair(n, tf32);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32)).first;
+    plan_ = it->second;
+  }
+
+  void* workspace(LayerIO& io) {
+    const size_t bytes = plan_.ws();
+    if (bytes == 0) return nullptr;
+    Tensor& ws = io.tmp(0);
+    const int64_t floats = static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+    if (ws.numel() < floats || ws.data() == nullptr) ws.resize(DP_F32, Shape{floats});
+    return ws.data();
+  }
+
+  // Picks among cuDNN's heuristic candidates (see the file comment). `ws_of`
+  // sets the math type it is given and returns false when the algorithm is
+  // not supported for this configuration, else its workspace.
+  template <class Perf, class Algo, class WsOf>
+  static Choice<Algo> pick(const std::vector<Perf>& perf, int got, bool tf32, WsOf ws_of, Algo fallback,
+                           const char* what) {
+    struct Cand {
+      Choice<Algo> c;
+      bool det;
+    };
+    std::vector<Cand> cands;
+    for (int i = 0; i < got; ++i) {
+      const Perf& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS) continue;
+      if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // would round FP32 to FP16
+      if (!tf32 && p.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      Choice<Algo> c;
+      c.algo = p.algo;
+      c.math = tf32 ? p.mathType : CUDNN_FMA_MATH;
+      if (!ws_of(c.algo, c.math, &c.ws)) continue;
+      cands.push_back({c, p.determinism == CUDNN_DETERMINISTIC});
+    }
+    for (const Cand& k : cands)
+      if (k.det && k.c.ws <= kWorkspaceCap) return k.c;
+    for (const Cand& k : cands)
+      if (k.c.ws <= kWorkspaceCap) return k.c;
+    if (!cands.empty()) {
+      const Cand* best = &cands[0];
+      for (const Cand& k : cands)
+        if (k.c.ws < best->c.ws) best = &k;
+      return best->c;
+    }
+    Choice<Algo> c;
+    c.algo = fallback;
+    c.math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    if (!ws_of(c.algo, c.math, &c.ws))
+      fail(DP_ERR_DEVICE, std::string("conv2d on CUDA: cuDNN offers no usable ") + what + " algorithm");
+    return c;
+  }
+
+  Plan choose(cudnnHandle_t h, bool tf32) {
+    const cudnnMathType_t query_math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    Plan plan;
+    int max = 0, got = 0;
+
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, query_math));
+    DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fperf(static_cast<size_t>(max > 0 ? max : 1));
+    DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_.d, w_.d, conv_.d, y_.d, max, &got, fperf.data()));
+    plan.fwd = pick(
+        fperf, got, tf32,
+        [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, size_t* ws) {
+          if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
+          return cudnnGetConvolutionForwardWorkspaceSize(h, x_.d, w_.d, conv_.d, y_.d, algo, ws) == CUDNN_STATUS_SUCCESS;
+        },
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, "forward");
+
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, query_math));
+    max = got = 0;
+    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dperf(static_cast<size_t>(max > 0 ? max : 1));
+    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_.d, y_.d, conv_.d, x_.d, max, &got, dperf.data()));
+    plan.bwd_data = pick(
+        dperf, got, tf32,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math, size_t* ws) {
+          if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_.d, y_.d, conv_.d, x_.d, algo, ws) ==
+                 CUDNN_STATUS_SUCCESS;
+        },
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, "backward-data");
+
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, query_math));
+    max = got = 0;
+    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> wperf(static_cast<size_t>(max > 0 ? max : 1));
+    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_.d, y_.d, conv_.d, w_.d, max, &got, wperf.data()));
+    plan.bwd_filter = pick(
+        wperf, got, tf32,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math, size_t* ws) {
+          if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_.d, y_.d, conv_.d, w_.d, algo, ws) ==
+                 CUDNN_STATUS_SUCCESS;
+        },
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, "backward-filter");
+    return plan;
+  }
+
+  Conv2dAttrs a_;  // a copy: the layer's hyperparameters and inferred shapes
+  TensorDesc x_, y_, b_;
+  FilterDesc w_;
+  ConvDesc conv_;
+  int64_t n_ = -1;  // batch size x_/y_/plan_ are set for
+  bool tf32_ = false;
+  Plan plan_;
+  std::map<std::pair<int64_t, bool>, Plan> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaOp> make_cuda_conv2d(const Layer& layer) {
+  const auto* a = dynamic_cast<const Conv2dAttrs*>(&layer);
+  if (!a) return nullptr;
+  return std::make_unique<CudaConv2d>(*a);
+}
+
+}  // namespace dp

@@ -1,0 +1,47 @@
+#include <cstring>
+
+#include "backends/cuda/ops/ops.h"
+
+namespace dp {
+
+namespace {
+struct Entry {
+  const char* type;
+  CudaOpFactory make;
+};
+// The same names as layers/registry.cpp's list of built-ins.
+const Entry kOps[] = {
+    {"add", make_cuda_add},
+    {"avg_pool2d", make_cuda_avg_pool2d},
+    {"batch_norm", make_cuda_batch_norm},
+    {"batch_norm1d", make_cuda_batch_norm},
+    {"batch_norm2d", make_cuda_batch_norm},
+    {"concat", make_cuda_concat},
+    {"conv2d", make_cuda_conv2d},
+    {"dropout", make_cuda_dropout},
+    {"flatten", make_cuda_flatten},
+    {"gelu", make_cuda_activation},
+    {"global_avg_pool", make_cuda_global_avg_pool},
+    {"leaky_relu", make_cuda_activation},
+    {"linear", make_cuda_linear},
+    {"max_pool2d", make_cuda_max_pool2d},
+    {"relu", make_cuda_activation},
+    {"sigmoid", make_cuda_activation},
+    {"softmax", make_cuda_softmax},
+    {"tanh", make_cuda_activation},
+};
+}  // namespace
+
+std::unique_ptr<CudaOp> make_cuda_op(const Layer& layer) {
+  for (const Entry& e : kOps)
+    if (layer.type == e.type) return e.make(layer);
+  return nullptr;
+}
+
+std::unique_ptr<CudaLoss> make_cuda_loss(const Loss& loss) {
+  if (loss.type == "cross_entropy") return make_cuda_cross_entropy(loss);
+  if (loss.type == "mse") return make_cuda_mse(loss);
+  return nullptr;
+}
+
+}  // namespace dp

@@ -1,0 +1,669 @@
+// Whole models on CUDA groups through the C ABI, against CPU groups of the
+// same size (batch norm normalises per replica, so "cuda:0,cuda:0" is held to
+// "cpu:0,cpu:1"): training with SGD momentum and with Adam, per-step losses,
+// the split, evaluation, forward + backward gradients; the errors a CUDA group
+// must report (and stay usable after); a checkpoint round trip on cuda:0; and
+// no cudaMalloc / cudaFree in steady-state training.
+//
+// Exits 77 (skipped) when dp_device_count("cuda") is 0, printing why.
+// Progress goes to stdout, so a crash names its case.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "api_util.h"
+#include "cuda_malloc_counter.h"
+
+namespace {
+
+// An MLP with batch_norm1d and dropout. Layers before batch norm have no bias:
+// its gradient would be 0 up to rounding, and Adam turns rounding noise into
+// steps of size lr, which no two devices reproduce.
+const char* kMlp = R"({
+  "seed": 5, "input": {"shape": [12]},
+  "layers": [
+    {"type": "linear", "out_features": 32, "bias": false},
+    {"type": "batch_norm1d"},
+    {"type": "relu"},
+    {"type": "dropout", "p": 0.2},
+    {"type": "linear", "out_features": 16},
+    {"type": "tanh"},
+    {"type": "linear", "out_features": 5}
+  ],
+  "loss": {"type": "cross_entropy"}})";
+
+// A small CNN: conv / batch_norm2d / relu, a residual add, max pooling,
+// global average pooling, a linear head.
+const char* kCnn = R"({
+  "seed": 9, "input": {"shape": [3, 8, 8]},
+  "layers": [
+    {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false, "name": "c1"},
+    {"type": "batch_norm2d", "name": "b1"},
+    {"type": "relu", "name": "r1"},
+    {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false, "name": "c2"},
+    {"type": "batch_norm2d", "name": "b2"},
+    {"type": "add", "inputs": ["b2", "r1"], "name": "res"},
+    {"type": "relu"},
+    {"type": "max_pool2d", "kernel_size": 2},
+    {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1},
+    {"type": "relu"},
+    {"type": "global_avg_pool"},
+    {"type": "linear", "out_features": 5}
+  ],
+  "loss": {"type": "cross_entropy"}})";
+
+const char* kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+const char* kAdam = R"({"type": "adam", "lr": 0.01})";
+const int64_t kClasses = 5;
+
+// Parameters after 10 steps: |cuda - cpu| <= kTol * max(kFloor, |cuda|, |cpu|).
+// The floor is the absolute tolerance near zero (1e-6): GPU and CPU sum in
+// other orders and with other algorithms (cuDNN, cuBLAS), about 1e-6 relative
+// per gradient, carried by momentum over 10 steps.
+const double kTol = 1e-4, kFloor = 1e-2;
+
+void progress(const std::string& line) {
+  std::printf("cuda_group: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::string cuda_devices(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += i ? ",cuda:0" : "cuda:0";
+  return s;
+}
+
+// a and b agree element by element: |a - b| <= tol * max(floor, |a|, |b|).
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::string& what,
+                  double tol = kTol, double floor = kFloor) {
+  if (a.size() != b.size()) {
+    FAIL_CHECK(what << ": " << a.size() << " values against " << b.size());
+    return;
+  }
+  double worst = 0;
+  size_t at = 0, bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double scale = std::fmax(floor, std::fmax(std::fabs(a[i]), std::fabs(b[i])));
+    double rel = std::fabs(double(a[i]) - double(b[i])) / scale;
+    if (!(rel <= tol)) ++bad;
+    if (!(rel <= worst)) worst = rel, at = i;
+  }
+  if (a.empty()) return;
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << a.size() << " differ by more than " << tol
+                               << " relative (floor " << floor << "); worst [" << at << "]: " << a[at] << " vs " << b[at]
+                               << " (" << worst << " relative)");
+  if (bad == 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2e", worst);
+    progress("  " + what + ": worst relative difference " + buf);
+  }
+}
+
+std::vector<float> buffers_of(const dp_model* m) {
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_buffers(m, &n));
+  std::vector<float> b(static_cast<size_t>(n));
+  if (n) DP_REQUIRE_OK(dp_model_copy_buffers(m, b.data(), n));
+  return b;
+}
+
+std::vector<float> grads_of(const dp_model* m) {
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+  std::vector<float> g(static_cast<size_t>(n));
+  DP_REQUIRE_OK(dp_model_copy_gradients(m, g.data(), n));
+  return g;
+}
+
+// A context, a model, a group and (optionally) an optimizer.
+struct Session {
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  dp_group* group = nullptr;
+  dp_optimizer* opt = nullptr;
+  std::vector<int64_t> in_shape;  // per sample
+
+  Session(const char* json, const std::string& devices, const char* opt_json = nullptr,
+          int split = DP_SPLIT_CHUNK) {
+    DP_REQUIRE_OK(dp_context_create(&ctx));
+    DP_REQUIRE_OK(dp_model_from_json(ctx, json, &model));
+    {
+      INFO("devices " << devices);
+      DP_REQUIRE_OK(dp_group_create(model, devices.c_str(), &group));
+    }
+    DP_REQUIRE_OK(dp_group_set_option(group, DP_GROUP_SPLIT, split));
+    if (opt_json) DP_REQUIRE_OK(dp_optimizer_create(group, opt_json, &opt));
+    int nd = 0;
+    int64_t s[DP_MAX_DIMS];
+    DP_REQUIRE_OK(dp_model_input_shape(model, &nd, s));
+    in_shape.assign(s, s + nd);
+  }
+  ~Session() {
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(group);
+    dp_model_destroy(model);
+    dp_context_destroy(ctx);
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  int64_t per_sample() const {
+    int64_t n = 1;
+    for (int64_t d : in_shape) n *= d;
+    return n;
+  }
+  std::vector<int64_t> batch_shape(int64_t batch) const {
+    std::vector<int64_t> s{batch};
+    s.insert(s.end(), in_shape.begin(), in_shape.end());
+    return s;
+  }
+  // Deterministic data for step `step`: inputs in [-1, 1], class targets.
+  dp_tensor* input(int64_t batch, uint64_t step) const {
+    TestRng rng(1000 + step);
+    std::vector<float> x(static_cast<size_t>(batch * per_sample()));
+    for (float& v : x) v = rng.uniform(-1, 1);
+    return make_f32(ctx, x, batch_shape(batch));
+  }
+  dp_tensor* target(int64_t batch, uint64_t step) const {
+    TestRng rng(5000 + step);
+    std::vector<int64_t> t(static_cast<size_t>(batch));
+    for (auto& v : t) v = rng.next() % kClasses;
+    return make_i64(ctx, t, {batch});
+  }
+  // One training step on step `step`'s data; returns the status, *loss the loss.
+  dp_status step(int64_t batch, uint64_t step, float* loss) {
+    dp_tensor* x = input(batch, step);
+    dp_tensor* y = target(batch, step);
+    dp_status s = dp_group_train_step(group, opt, x, y, loss);
+    dp_tensor_destroy(x);
+    dp_tensor_destroy(y);
+    return s;
+  }
+  std::vector<int64_t> split() const {
+    int64_t sizes[64];
+    int count = 0;
+    DP_REQUIRE_OK(dp_group_last_split(group, sizes, 64, &count));
+    return std::vector<int64_t>(sizes, sizes + count);
+  }
+};
+
+struct Run {
+  std::vector<float> params, buffers, losses;
+  std::vector<int64_t> split;
+  float eval_loss = 0;
+  int64_t eval_correct = 0;
+  std::vector<float> eval_out;  // outputs in evaluation mode
+};
+
+Run train(const char* json, const std::string& devices, const char* opt, int64_t batch, int steps) {
+  Session s(json, devices, opt);
+  Run r;
+  for (int k = 0; k < steps; ++k) {
+    float loss = 0;
+    dp_status st = s.step(batch, k, &loss);
+    INFO(devices << " step " << k << ": " << std::string(dp_status_name(st)) << ": " << std::string(dp_last_error()));
+    REQUIRE(st == DP_OK);
+    r.losses.push_back(loss);
+  }
+  r.split = s.split();
+  r.params = params_of(s.model);
+  r.buffers = buffers_of(s.model);
+  // Evaluation on other data: the loss, the correct count, and the outputs.
+  dp_tensor* x = s.input(batch, 999);
+  dp_tensor* y = s.target(batch, 999);
+  DP_REQUIRE_OK(dp_group_evaluate(s.group, x, y, &r.eval_loss, &r.eval_correct));
+  DP_REQUIRE_OK(dp_group_set_training(s.group, 0));
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(s.group, x, &out));
+  r.eval_out = tensor_data(out);
+  dp_tensor_destroy(out);
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
+  return r;
+}
+
+// The smallest gap between a row's largest and second-largest output: below
+// about 1e-4 the two devices may legitimately pick different arg-maxes.
+double min_top2_gap(const std::vector<float>& out, int64_t classes) {
+  double gap = INFINITY;
+  for (size_t r = 0; r + classes <= out.size(); r += classes) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) {
+      float v = out[r + c];
+      if (v > a) b = a, a = v;
+      else if (v > b) b = v;
+    }
+    gap = std::fmin(gap, double(a) - double(b));
+  }
+  return gap;
+}
+
+std::vector<int64_t> chunk_split(int64_t batch, int n) {
+  int64_t chunk = (batch + n - 1) / n;
+  std::vector<int64_t> s;
+  for (int64_t left = batch; left > 0; left -= chunk) s.push_back(std::min(chunk, left));
+  return s;
+}
+
+std::string str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Status and message of the last call, for messages.
+std::string last(dp_status s) { return std::string(dp_status_name(s)) + ": " + dp_last_error(); }
+
+// The swish plugin: the build's path, or DP_TEST_PLUGIN_SWISH, or next to
+// this program in a build tree copied elsewhere (tests/cuda/../../plugins).
+std::string swish_path() {
+  if (const char* e = std::getenv("DP_TEST_PLUGIN_SWISH")) return e;
+  namespace fs = std::filesystem;
+#ifdef PLUGIN_SWISH
+  if (fs::exists(PLUGIN_SWISH)) return PLUGIN_SWISH;
+#endif
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path p = exe.parent_path() / ".." / ".." / "plugins" / "swish.so";
+    if (fs::exists(p)) return p.lexically_normal().string();
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ equivalence --
+
+TEST_CASE("CUDA groups train as CPU groups of the same size: MLP and CNN, SGD momentum and Adam") {
+  struct Model {
+    const char* name;
+    const char* json;
+    int64_t batch;
+  };
+  // The CNN's batch of 10 on 3 replicas is torch.chunk's 4, 4, 2 (batch_norm2d
+  // still sees 2 x 8 x 8 values); the MLP's batch of 12 splits as 4, 4, 4:
+  // batch_norm1d over 2 rows has an input gradient that is 0 up to rounding,
+  // which would make the first layer's gradient device-specific noise.
+  const Model models[] = {{"mlp (batch_norm1d, dropout)", kMlp, 12},
+                          {"cnn (conv, batch_norm2d, residual add, pools)", kCnn, 10}};
+  for (const Model& m : models) {
+    const int64_t batch = m.batch;
+    for (const char* opt : {kSgd, kAdam}) {
+      for (int n : {1, 2, 3}) {
+        const std::string where = std::string(m.name) + ", " + opt + ", " + std::to_string(n) + " replica(s), batch " +
+                                  std::to_string(batch);
+        progress(where);
+        CAPTURE(where);
+        Run cpu = train(m.json, cpu_devices(n), opt, batch, 10);
+        Run gpu = train(m.json, cuda_devices(n), opt, batch, 10);
+        CHECK_MESSAGE(gpu.split == chunk_split(batch, n), "split " << str(gpu.split) << ", torch.chunk's rule " << str(chunk_split(batch, n)));
+        CHECK(gpu.split == cpu.split);
+        expect_close(gpu.params, cpu.params, where + ": parameters after 10 steps");
+        expect_close(gpu.buffers, cpu.buffers, where + ": running statistics after 10 steps");
+        expect_close(gpu.losses, cpu.losses, where + ": losses of the 10 steps", 1e-4, 1e-3);
+        expect_close({gpu.eval_loss}, {cpu.eval_loss}, where + ": evaluate() loss", 1e-4, 1e-3);
+        expect_close(gpu.eval_out, cpu.eval_out, where + ": outputs in evaluation mode", 1e-4, 1e-2);
+        double gap = min_top2_gap(cpu.eval_out, kClasses);
+        if (gap > 1e-3)
+          CHECK_MESSAGE(gpu.eval_correct == cpu.eval_correct,
+                        where << ": evaluate() correct " << gpu.eval_correct << ", CPU " << cpu.eval_correct);
+        else
+          MESSAGE(where << ": correct counts not compared (an output row's top two differ by " << gap << ")");
+      }
+    }
+  }
+}
+
+TEST_CASE("forward + backward on CUDA: outputs and gradients as on the CPU, accumulating over two backwards") {
+  for (const char* json : {kMlp, kCnn}) {
+    for (int n : {1, 3}) {
+      const std::string where = std::string(json == kMlp ? "mlp" : "cnn") + ", " + std::to_string(n) + " replica(s)";
+      progress("forward + backward: " + where);
+      CAPTURE(where);
+      Session cpu(json, cpu_devices(n)), gpu(json, cuda_devices(n));
+      const int64_t batch = json == kMlp ? 12 : 10;  // as in the training test
+      std::vector<float> go(static_cast<size_t>(batch * kClasses));
+      TestRng rng(77);
+      for (float& v : go) v = rng.uniform(-1, 1);
+      std::vector<std::vector<float>> outs, g1, g2;
+      for (Session* s : {&cpu, &gpu}) {
+        dp_tensor* x = s->input(batch, 3);
+        dp_tensor* gout = make_f32(s->ctx, go, {batch, kClasses});
+        dp_tensor* out = nullptr;
+        DP_REQUIRE_OK(dp_group_zero_grad(s->group));
+        DP_REQUIRE_OK(dp_group_forward(s->group, x, &out));
+        CHECK(shape_of(out) == std::vector<int64_t>{batch, kClasses});
+        outs.push_back(tensor_data(out));
+        DP_REQUIRE_OK(dp_group_backward(s->group, gout));
+        g1.push_back(grads_of(s->model));
+        DP_REQUIRE_OK(dp_group_backward(s->group, gout));
+        g2.push_back(grads_of(s->model));
+        dp_tensor_destroy(out);
+        dp_tensor_destroy(gout);
+        dp_tensor_destroy(x);
+      }
+      expect_close(outs[1], outs[0], where + ": forward output");
+      expect_close(g1[1], g1[0], where + ": gradients after one backward");
+      std::vector<float> twice(g1[1].size());
+      for (size_t i = 0; i < twice.size(); ++i) twice[i] = 2 * g1[1][i];
+      // Not exactly 2x with several replicas: (a + b + c) + a + b + c rounds.
+      expect_close(g2[1], twice, where + ": CUDA gradients after a second backward = 2x the first", 1e-5, 1e-2);
+      expect_close(g2[1], g2[0], where + ": gradients after two backwards");
+      double norm = 0;
+      for (float v : g1[1]) norm += std::fabs(v);
+      CHECK_MESSAGE(norm > 0, where << ": all CUDA gradients are 0");
+      DP_REQUIRE_OK(dp_group_zero_grad(gpu.group));
+      std::vector<float> z = grads_of(gpu.model);
+      size_t nonzero = 0;
+      for (float v : z) nonzero += v != 0.f;
+      CHECK_MESSAGE(nonzero == 0, where << ": " << nonzero << " gradients not zero after dp_group_zero_grad");
+    }
+  }
+}
+
+TEST_CASE("3 CUDA replicas with the balanced split, NCCL on one GPU, TF32 allowed, device counts") {
+  int n = -1;
+  const char* why = nullptr;
+  CHECK(dp_device_count("tpu", &n, &why) == DP_ERR_INVALID_ARGUMENT);
+  DP_REQUIRE_OK(dp_device_count("cuda", &n, &why));
+  CHECK(n >= 1);
+  progress("DP_CUDA_NCCL=1 (the NCCL all-reduce path on one GPU), cuda:0, MLP, Adam, 5 steps");
+  {
+    setenv("DP_CUDA_NCCL", "1", 1);
+    std::unique_ptr<Session> gpu;
+    try {
+      gpu = std::make_unique<Session>(kMlp, "cuda:0", kAdam);
+    } catch (...) {
+      unsetenv("DP_CUDA_NCCL");
+      throw;
+    }
+    unsetenv("DP_CUDA_NCCL");
+    Session cpu(kMlp, "cpu:0", kAdam);
+    for (int k = 0; k < 5; ++k) {
+      float a = 0, b = 0;
+      DP_REQUIRE_OK(cpu.step(10, k, &a));
+      dp_status st = gpu->step(10, k, &b);
+      INFO("step " << k << " with NCCL: " << last(st));
+      REQUIRE(st == DP_OK);
+    }
+    expect_close(params_of(gpu->model), params_of(cpu.model), "NCCL on one GPU: parameters after 5 steps");
+  }
+  progress("balanced split on cuda:0 x3, batch 10");
+  {
+    Session cpu(kCnn, cpu_devices(3), kSgd, DP_SPLIT_BALANCED), gpu(kCnn, cuda_devices(3), kSgd, DP_SPLIT_BALANCED);
+    for (int k = 0; k < 3; ++k) {
+      float a = 0, b = 0;
+      DP_REQUIRE_OK(cpu.step(10, k, &a));
+      DP_REQUIRE_OK(gpu.step(10, k, &b));
+    }
+    CHECK(gpu.split() == std::vector<int64_t>{4, 3, 3});
+    expect_close(params_of(gpu.model), params_of(cpu.model), "balanced split: parameters after 3 steps");
+  }
+  progress("DP_GROUP_ALLOW_TF32 = 1 on cuda:0");
+  {
+    Session cpu(kCnn, "cpu:0", kSgd), gpu(kCnn, "cuda:0", kSgd);
+    dp_status st = dp_group_set_option(gpu.group, DP_GROUP_ALLOW_TF32, 1);
+    CHECK_MESSAGE(st == DP_OK, "dp_group_set_option(DP_GROUP_ALLOW_TF32, 1): " << last(st));
+    for (int k = 0; k < 3; ++k) {
+      float a = 0, b = 0;
+      DP_REQUIRE_OK(cpu.step(10, k, &a));
+      DP_REQUIRE_OK(gpu.step(10, k, &b));
+      CHECK_MESSAGE(std::fabs(a - b) <= 1e-2 * std::fmax(1.0, std::fabs(a)), "TF32 step " << k << ": loss " << b
+                                                                                         << ", CPU " << a);
+    }
+    // TF32 keeps about 10 bits of mantissa: 1e-2 relative, not 1e-4.
+    expect_close(params_of(gpu.model), params_of(cpu.model), "TF32: parameters after 3 steps", 1e-2, 1e-1);
+    CHECK(dp_group_set_option(gpu.group, DP_GROUP_ALLOW_TF32, 0) == DP_OK);
+    float c = 0;
+    DP_REQUIRE_OK(gpu.step(10, 7, &c));
+  }
+}
+
+// ----------------------------------------------------------------- errors --
+
+TEST_CASE("device errors: cuda:99, cpu and cuda mixed") {
+  progress("errors: bad device lists");
+  dp_context* ctx = nullptr;
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_model_from_json(ctx, kMlp, &m));
+  dp_group* g = reinterpret_cast<dp_group*>(0x1);
+  dp_status st = dp_group_create(m, "cuda:99", &g);
+  CHECK_MESSAGE(st == DP_ERR_DEVICE, "cuda:99: " << last(st));
+  CHECK_MESSAGE(std::string(dp_last_error()).find("cuda:99") != std::string::npos,
+                "the message should name cuda:99: " << std::string(dp_last_error()));
+  CHECK(g == reinterpret_cast<dp_group*>(0x1));
+  st = dp_group_create(m, "cpu:0,cuda:0", &g);
+  CHECK_MESSAGE(st == DP_ERR_DEVICE, "cpu:0,cuda:0: " << last(st));
+  st = dp_group_create(m, "cuda:0,cpu:0", &g);
+  CHECK_MESSAGE(st == DP_ERR_DEVICE, "cuda:0,cpu:0: " << last(st));
+  CHECK(g == reinterpret_cast<dp_group*>(0x1));
+  // The model is still usable: a good CUDA group on it trains.
+  DP_REQUIRE_OK(dp_group_create(m, "cuda:0", &g));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, kSgd, &opt));
+  std::vector<float> x(4 * 12, 0.5f);
+  dp_tensor* in = make_f32(ctx, x, {4, 12});
+  dp_tensor* t = make_i64(ctx, {0, 1, 2, 3}, {4});
+  float loss = 0;
+  DP_REQUIRE_OK(dp_group_train_step(g, opt, in, t, &loss));
+  CHECK(std::isfinite(loss));
+  int nd = 0;
+  DP_REQUIRE_OK(dp_group_num_devices(g, &nd));
+  CHECK(nd == 1);
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(t);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}
+
+TEST_CASE("step errors on CUDA: NaN input, wrong target shape; the group stays usable") {
+  for (int n : {1, 2}) {
+    const std::string where = std::to_string(n) + " replica(s)";
+    progress("errors: NaN input and bad targets, " + where);
+    CAPTURE(where);
+    Session s(kMlp, cuda_devices(n), kAdam);
+    float loss = 0;
+    DP_REQUIRE_OK(s.step(8, 0, &loss));
+    // NaN in one row: DP_ERR_NUMERIC, parameters and running statistics unchanged.
+    std::vector<float> p0 = params_of(s.model), b0 = buffers_of(s.model);
+    std::vector<float> x(static_cast<size_t>(8 * 12), 0.25f);
+    for (int i = 0; i < 12; ++i) x[static_cast<size_t>(5 * 12 + i)] = NAN;
+    dp_tensor* in = make_f32(s.ctx, x, {8, 12});
+    dp_tensor* t = s.target(8, 1);
+    dp_status st = dp_group_train_step(s.group, s.opt, in, t, &loss);
+    CHECK_MESSAGE(st == DP_ERR_NUMERIC, "NaN input: " << last(st));
+    CHECK(params_of(s.model) == p0);
+    CHECK_MESSAGE(buffers_of(s.model) == b0, "running statistics changed by a step that failed");
+    // Then a good step works and changes the parameters.
+    st = s.step(8, 2, &loss);
+    CHECK_MESSAGE(st == DP_OK, "the step after the NaN one: " << last(st));
+    CHECK(std::isfinite(loss));
+    CHECK(params_of(s.model) != p0);
+    // Wrong target shapes: [B + 1], [B, 1], float targets.
+    dp_tensor* good = s.input(8, 3);
+    dp_tensor* t9 = s.target(9, 3);
+    st = dp_group_train_step(s.group, s.opt, good, t9, &loss);
+    CHECK_MESSAGE(st == DP_ERR_SHAPE, "target [9] for a batch of 8: " << last(st));
+    std::vector<int64_t> t81(8, 1);
+    dp_tensor* t2d = make_i64(s.ctx, t81, {8, 1});
+    st = dp_group_train_step(s.group, s.opt, good, t2d, &loss);
+    CHECK_MESSAGE(st == DP_ERR_SHAPE, "target [8, 1]: " << last(st));
+    std::vector<int64_t> wrong_in_shape{8, 13};
+    dp_tensor* bad_in = make_f32(s.ctx, std::vector<float>(8 * 13, 0.f), wrong_in_shape);
+    st = dp_group_train_step(s.group, s.opt, bad_in, t, &loss);
+    CHECK_MESSAGE(st == DP_ERR_SHAPE, "input [8, 13] for a model of [12]: " << last(st));
+    std::vector<float> p1 = params_of(s.model);
+    st = s.step(8, 4, &loss);
+    CHECK_MESSAGE(st == DP_OK, "the step after the shape errors: " << last(st));
+    CHECK(std::isfinite(loss));
+    CHECK(params_of(s.model) != p1);
+    dp_tensor_destroy(bad_in);
+    dp_tensor_destroy(t2d);
+    dp_tensor_destroy(t9);
+    dp_tensor_destroy(good);
+    dp_tensor_destroy(t);
+    dp_tensor_destroy(in);
+  }
+}
+
+TEST_CASE("a plugin layer type without a CUDA implementation: a clear error at group creation") {
+  progress("errors: plugin layer on cuda:0");
+  std::string swish = swish_path();
+  if (swish.empty()) {
+    FAIL_CHECK("swish.so not found: set DP_TEST_PLUGIN_SWISH to the build's plugins/swish.so");
+    return;
+  }
+  dp_context* ctx = nullptr;
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_context_load_plugin(ctx, swish.c_str()));
+  DP_REQUIRE_OK(dp_model_from_json(ctx, R"({"input": {"shape": [6]}, "layers": [
+      {"type": "linear", "out_features": 4}, {"type": "swish", "name": "act"}, {"type": "linear", "out_features": 3}],
+      "loss": {"type": "cross_entropy"}})", &m));
+  dp_group* g = reinterpret_cast<dp_group*>(0x1);
+  dp_status st = dp_group_create(m, "cuda:0", &g);
+  std::string msg = dp_last_error();
+  MESSAGE("plugin layer on cuda:0: " << std::string(dp_status_name(st)) << ": " << msg);
+  CHECK_MESSAGE(st == DP_ERR_DEVICE, "a swish layer on cuda:0: " << std::string(dp_status_name(st)) << " (dp.h: DP_ERR_DEVICE)");
+  CHECK_MESSAGE(msg.find("swish") != std::string::npos, "the message should name the layer type: " << msg);
+  CHECK_MESSAGE((msg.find("act") != std::string::npos || msg.find("/layers/1") != std::string::npos),
+                "the message should name the layer ('act' or /layers/1): " << msg);
+  if (st == DP_OK) dp_group_destroy(g);
+  // The same model trains on the CPU.
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, kSgd, &opt));
+  dp_tensor* in = make_f32(ctx, std::vector<float>(12, 0.5f), {2, 6});
+  dp_tensor* t = make_i64(ctx, {0, 2}, {2});
+  float loss = 0;
+  DP_REQUIRE_OK(dp_group_train_step(g, opt, in, t, &loss));
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(t);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}
+
+// -------------------------------------------------------------- checkpoint --
+
+TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh group, 2 more steps on both") {
+  for (const char* opt : {kSgd, kAdam}) {
+    progress(std::string("checkpoint round trip, ") + opt);
+    const std::string optimizer = opt;
+    CAPTURE(optimizer);
+    namespace fs = std::filesystem;
+    fs::path path = fs::temp_directory_path() / ("dp_cuda_ckpt_" + std::to_string(getpid()) + ".safetensors");
+    Session a(kMlp, "cuda:0", opt);
+    float la = 0, lb = 0;
+    for (int k = 0; k < 3; ++k) DP_REQUIRE_OK(a.step(10, k, &la));
+    DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), a.group, a.opt, nullptr, R"({"test": "cuda"})"));
+    Session b(kMlp, "cuda:0", opt);
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), b.group, b.opt, nullptr));
+    CHECK_MESSAGE(params_of(b.model) == params_of(a.model), "parameters differ right after loading");
+    CHECK_MESSAGE(buffers_of(b.model) == buffers_of(a.model), "running statistics differ right after loading");
+    for (int k = 3; k < 5; ++k) {
+      DP_REQUIRE_OK(a.step(10, k, &la));
+      DP_REQUIRE_OK(b.step(10, k, &lb));
+      CHECK_MESSAGE(std::fabs(la - lb) <= 1e-6 * std::fmax(1.0, std::fabs(la)), "step " << k << ": loss " << lb
+                                                                                       << " after loading, " << la);
+    }
+    // Same GPU, same kernels: equal up to cuDNN's choice of algorithm.
+    expect_close(params_of(b.model), params_of(a.model), "parameters 2 steps after the round trip", 1e-5, 1e-2);
+    expect_close(buffers_of(b.model), buffers_of(a.model), "running statistics 2 steps after the round trip", 1e-5, 1e-2);
+    // And a CPU group loads the CUDA group's checkpoint.
+    Session c(kMlp, "cpu:0", opt);
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), c.group, c.opt, nullptr));
+    fs::remove(path);
+  }
+}
+
+// ----------------------------------------------------------- steady state --
+
+TEST_CASE("steady-state training on CUDA calls neither cudaMalloc nor cudaFree") {
+  for (int n : {1, 2}) {
+    progress("steady state, " + std::to_string(n) + " replica(s)");
+    Session s(kCnn, cuda_devices(n), kAdam);
+    float loss = 0;
+    for (int k = 0; k < 3; ++k) DP_REQUIRE_OK(s.step(16, k, &loss));  // warm-up: buffers grow here
+    dp_tensor* x = s.input(16, 5);
+    dp_tensor* y = s.target(16, 5);
+    long m0 = dp_test::cuda_mallocs(), f0 = dp_test::cuda_frees();
+    for (int k = 0; k < 5; ++k) DP_REQUIRE_OK(dp_group_train_step(s.group, s.opt, x, y, &loss));
+    long m1 = dp_test::cuda_mallocs(), f1 = dp_test::cuda_frees();
+    // The first evaluations may allocate their own buffers; after them, steps
+    // and evaluations allocate nothing.
+    float eval = 0;
+    int64_t correct = 0;
+    DP_REQUIRE_OK(dp_group_evaluate(s.group, x, y, &eval, &correct));
+    DP_REQUIRE_OK(dp_group_evaluate(s.group, x, y, &eval, &correct));
+    long m2 = dp_test::cuda_mallocs(), f2 = dp_test::cuda_frees();
+    for (int k = 0; k < 3; ++k) DP_REQUIRE_OK(dp_group_train_step(s.group, s.opt, x, y, &loss));
+    DP_REQUIRE_OK(dp_group_evaluate(s.group, x, y, &eval, &correct));
+    long m3 = dp_test::cuda_mallocs(), f3 = dp_test::cuda_frees();
+    MESSAGE(n << " replica(s): cudaMalloc calls: " << m0 << " up to the end of warm-up, +" << m1 - m0
+              << " over 5 steps, +" << m2 - m1 << " over the first 2 evaluations, +" << m3 - m2
+              << " over 3 more steps and an evaluation; cudaFree: " << f0 << ", +" << f1 - f0 << ", +" << f2 - f1
+              << ", +" << f3 - f2);
+    CHECK_MESSAGE(m1 - m0 == 0, "cudaMalloc called " << m1 - m0 << " time(s) in 5 steps after warm-up");
+    CHECK_MESSAGE(f1 - f0 == 0, "cudaFree called " << f1 - f0 << " time(s) in 5 steps after warm-up");
+    CHECK_MESSAGE(m3 - m2 == 0, "cudaMalloc called " << m3 - m2 << " time(s) in steps and evaluation after warm-up");
+    CHECK_MESSAGE(f3 - f2 == 0, "cudaFree called " << f3 - f2 << " time(s) in steps and evaluation after warm-up");
+    dp_tensor_destroy(x);
+    dp_tensor_destroy(y);
+  }
+}
+
+TEST_CASE("a target class out of range on CUDA: an error, not a crash; the group stays usable") {
+  // Last: a device-side fault here would poison the CUDA context for what follows.
+  progress("errors: target out of range");
+  Session s(kMlp, "cuda:0", kSgd);
+  float loss = 0;
+  std::vector<float> before = params_of(s.model);
+  dp_tensor* x = s.input(4, 0);
+  dp_tensor* t = make_i64(s.ctx, {0, 1, 7, 2}, {4});
+  dp_status st = dp_group_train_step(s.group, s.opt, x, t, &loss);
+  // The CPU says DP_ERR_INVALID_ARGUMENT; a GPU finds it in a kernel and
+  // gives the row a NaN loss instead (ops/loss.cu): DP_ERR_NUMERIC.
+  MESSAGE("target 7 of 5 classes on cuda:0: " << last(st));
+  CHECK_MESSAGE((st == DP_ERR_INVALID_ARGUMENT || st == DP_ERR_NUMERIC), "target 7 of 5 classes: " << last(st));
+  CHECK_MESSAGE(params_of(s.model) == before, "the failed step changed the parameters");
+  std::vector<float> p0 = params_of(s.model);
+  st = s.step(4, 1, &loss);
+  CHECK_MESSAGE(st == DP_OK, "the step after: " << last(st));
+  CHECK(params_of(s.model) != p0);
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(t);
+}
+
+int main(int argc, char** argv) {
+  int count = 0;
+  const char* why = nullptr;
+  dp_status st = dp_device_count("cuda", &count, &why);
+  if (st != DP_OK) {
+    std::printf("cuda_group: FAIL: dp_device_count(\"cuda\") returned %s: %s\n", dp_status_name(st), dp_last_error());
+    return 1;
+  }
+  if (count <= 0) {
+    std::printf("cuda_group: SKIP: %s\n", why && *why ? why : "no CUDA device (no reason given)");
+    return 77;
+  }
+  int cpus = 0;
+  st = dp_device_count("cpu", &cpus, nullptr);
+  std::printf("cuda_group: dp %s, %d CUDA device(s), %d CPU device(s) (%s)\n", dp_version(), count, cpus,
+              dp_status_name(st));
+  std::fflush(stdout);
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

@@ -166,6 +166,12 @@ DP_API dp_status dp_tensor_from_host_borrowed(dp_context* ctx, dp_dtype dtype, v
 DP_API dp_status dp_tensor_data(const dp_tensor* t, void** data);
 /* 1 if the tensor is borrowed (dp_tensor_from_host_borrowed), else 0. */
 DP_API dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed);
+/* Moves t's elements to page-locked host memory, as PyTorch's
+ * Tensor.pin_memory(): GPU groups then copy batches from it asynchronously,
+ * without a staging copy. Later resizes stay page-locked (a loader with
+ * "pin_memory": true hands out such tensors itself). DP_ERR_DEVICE when
+ * there is no usable GPU; DP_ERR_INVALID_ARGUMENT for a borrowed tensor. */
+DP_API dp_status dp_tensor_pin_memory(dp_tensor* t);
 
 /* ---- Device groups: nn.DataParallel over a list of devices. ---- */
 /* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed) or

@@ -314,6 +314,17 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   if (gpus == 0) CHECK(dp_group_create(m, "cuda:0", &g) == DP_ERR_DEVICE);
   CHECK(dp_group_create(m, "cpu:0,cuda:0", &g) == DP_ERR_DEVICE);
   CHECK(dp_device_count("tpu", &gpus, nullptr) == DP_ERR_INVALID_ARGUMENT);
+  {  // page-locked memory needs a GPU; without one the tensor stays as it was
+    dp_tensor* t = nullptr;
+    int64_t shape[1] = {3};
+    float v[3] = {1, 2, 3}, back[3] = {};
+    DP_REQUIRE_OK(dp_tensor_from_host(f.ctx, DP_F32, v, 1, shape, &t));
+    dp_status st = dp_tensor_pin_memory(t);
+    CHECK(st == (gpus > 0 ? DP_OK : DP_ERR_DEVICE));
+    DP_REQUIRE_OK(dp_tensor_copy_to_host(t, back, sizeof back));
+    CHECK(back[2] == 3.0f);
+    dp_tensor_destroy(t);
+  }
   CHECK(dp_group_create(m, "", &g) == DP_ERR_DEVICE);
   CHECK(g == reinterpret_cast<dp_group*>(0x1));
   DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1,cpu:2", &g));

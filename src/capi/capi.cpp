@@ -309,6 +309,14 @@ dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed) {
   DP_GUARD_END
 }
 
+dp_status dp_tensor_pin_memory(dp_tensor* t) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(t, "t is NULL");
+  DP_CHECK_ARG(!t->borrowed, "cannot pin a borrowed tensor: its memory is the caller's (cudaHostRegister it instead)");
+  t->t.set_allocator(dp::cuda_pinned_allocator());
+  DP_GUARD_END
+}
+
 /* ---- groups ---- */
 
 dp_status dp_device_count(const char* kind, int* count, const char** why) {

@@ -50,9 +50,13 @@ static Group make_group(dp_model* m, const std::string& devices, int64_t threads
   return group;
 }
 
-static Loader make_loader(dp_dataset* ds, int64_t batch, bool shuffle, int64_t workers, int64_t seed) {
+// On GPUs, batches come in page-locked memory (pin_memory, as PyTorch's loaders do for CUDA).
+static bool on_gpus(const std::string& devices) { return resolve_devices(devices).compare(0, 4, "cuda") == 0; }
+
+static Loader make_loader(dp_dataset* ds, int64_t batch, bool shuffle, int64_t workers, int64_t seed, bool pin) {
   std::string cfg = "{\"batch_size\": " + std::to_string(batch) + ", \"shuffle\": " + (shuffle ? "true" : "false") +
-                    ", \"num_workers\": " + std::to_string(workers) + ", \"seed\": " + std::to_string(seed) + "}";
+                    ", \"num_workers\": " + std::to_string(workers) + ", \"seed\": " + std::to_string(seed) +
+                    ", \"pin_memory\": " + (pin ? "true" : "false") + "}";
   dp_loader* l = nullptr;
   check(dp_loader_create(ds, cfg.c_str(), &l), "loader");
   return Loader(l);
@@ -111,8 +115,8 @@ static int train(const TrainOptions& o) {
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
-  Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed);
-  Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed);
+  Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed, on_gpus(devices));
+  Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed, on_gpus(devices));
   if (!o.resume.empty()) check(dp_checkpoint_load(o.resume.c_str(), group.get(), opt.get(), train_loader.get()), "--resume");
   std::ofstream log;
   if (!o.log.empty()) {
@@ -232,7 +236,7 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
   else
     check(dp_model_load_safetensors(model.get(), ckpt.c_str()), "weights");
   Data data = open_data(c, data_spec, model.get(), 0);
-  Loader loader = make_loader(data.test.get(), batch_size, false, workers, 0);
+  Loader loader = make_loader(data.test.get(), batch_size, false, workers, 0, on_gpus(devices));
   double t0 = now_seconds();
   EvalResult r = evaluate(c, group.get(), loader.get());
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"seconds\": %s}\n", json_num(r.accuracy).c_str(),
@@ -252,7 +256,7 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
   Data data = open_data(c, "synthetic:" + std::to_string(batch), model.get(), 0);
-  Loader loader = make_loader(data.train.get(), batch, false, 0, 0);
+  Loader loader = make_loader(data.train.get(), batch, false, 0, 0, on_gpus(devices));
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
   int64_t rows = 0;
   check(dp_loader_next(loader.get(), x.get(), y.get(), &rows), "data");

@@ -36,6 +36,7 @@ LoaderConfig LoaderConfig::from_json(const std::string& text) {
   c.num_workers = static_cast<int>(workers);
   c.prefetch = static_cast<int>(prefetch);
   c.seed = static_cast<uint64_t>(a.integer("seed", 0, 0));
+  c.pin_memory = a.boolean("pin_memory", false);
   a.finish("a loader");
   return c;
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "backends/cuda/device.h"
 #include "data/batcher.h"
 
 namespace dp {
@@ -24,6 +25,10 @@ Loader::Loader(std::shared_ptr<const Dataset> ds, std::shared_ptr<const Transfor
   int64_t rows = std::min(cfg_.batch_size, length_);
   slots_.resize(slots);
   for (auto& s : slots_) {
+    if (cfg_.pin_memory) {
+      s.input = Tensor(cuda_pinned_allocator());
+      s.target = Tensor(cuda_pinned_allocator());
+    }
     s.input.resize(DP_F32, Shape::batched(rows, sample_shape_));
     s.target.resize(ds_->target_dtype(), Shape::batched(rows, target_shape_));
   }
@@ -103,6 +108,13 @@ int64_t Loader::hand_over(Slot& slot, Tensor& input, Tensor& target) {
   ++batch_;
   std::swap(input, slot.input);
   std::swap(target, slot.target);
+  if (cfg_.pin_memory && slot.input.allocator() != input.allocator()) {
+    // The caller's first tensors were not pinned: the slot gets pinned ones.
+    slot.input = Tensor(input.allocator());
+    slot.target = Tensor(input.allocator());
+    slot.input.resize(DP_F32, input.shape());
+    slot.target.resize(target.dtype(), target.shape());
+  }
   return slot.rows;
 }
 

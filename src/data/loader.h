@@ -43,6 +43,7 @@ struct LoaderConfig {
   int num_workers = 0;
   int prefetch = 2;
   uint64_t seed = 0;
+  bool pin_memory = false;  // batches in page-locked memory, for GPU groups
   // Throws DP_ERR_JSON, or DP_ERR_MODEL naming the key ("/batch_size: ...").
   static LoaderConfig from_json(const std::string& text);
 };

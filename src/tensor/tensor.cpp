@@ -62,6 +62,15 @@ void Tensor::resize(dp_dtype dtype, const Shape& shape) {
   shape_ = shape;
 }
 
+void Tensor::set_allocator(Allocator* alloc) {
+  if (is_view()) fail(DP_ERR_INTERNAL, "set_allocator on a tensor view");
+  if (alloc == alloc_) return;
+  Tensor moved(alloc);
+  moved.resize(dtype_, shape_);
+  if (bytes() > 0) std::memcpy(moved.ptr_, ptr_, bytes());
+  *this = std::move(moved);
+}
+
 void Tensor::zero() {
   if (alloc_) fail(DP_ERR_INTERNAL, "Tensor::zero on device memory");
   if (ptr_) std::memset(ptr_, 0, bytes());

@@ -46,6 +46,9 @@ class Tensor {
   void resize(dp_dtype dtype, const Shape& shape);
   void resize(const Shape& shape) { resize(dtype_, shape); }
   void zero();
+  // Moves the storage to `alloc` (host-accessible memory, e.g. page-locked),
+  // keeping shape and contents; later growth also comes from `alloc`.
+  void set_allocator(Allocator* alloc);
 
   dp_dtype dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

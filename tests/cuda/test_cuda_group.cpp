@@ -589,6 +589,36 @@ TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh gro
   }
 }
 
+// ---------------------------------------------------------- pinned memory --
+
+TEST_CASE("pinned batches train exactly as pageable ones, and a group's changed weights reach the GPU") {
+  progress("pinned memory");
+  Session a(kMlp, "cuda:0,cuda:0", kSgd), b(kMlp, "cuda:0,cuda:0", kSgd);
+  for (int k = 0; k < 3; ++k) {
+    dp_tensor* x = a.input(12, k);
+    dp_tensor* y = a.target(12, k);
+    float la = 0, lb = 0;
+    DP_REQUIRE_OK(dp_group_train_step(a.group, a.opt, x, y, &la));
+    DP_REQUIRE_OK(dp_tensor_pin_memory(x));  // the same values, now page-locked
+    DP_REQUIRE_OK(dp_tensor_pin_memory(y));
+    DP_REQUIRE_OK(dp_group_train_step(b.group, b.opt, x, y, &lb));
+    CHECK(la == lb);
+    dp_tensor_destroy(x);
+    dp_tensor_destroy(y);
+  }
+  CHECK(params_of(a.model) == params_of(b.model));
+  // Weights written on the host go up before the next step: b takes a's.
+  std::vector<float> p = params_of(a.model);
+  for (float& v : p) v *= 0.5f;
+  DP_REQUIRE_OK(dp_model_set_parameters(a.model, p.data(), static_cast<int64_t>(p.size())));
+  DP_REQUIRE_OK(dp_model_set_parameters(b.model, p.data(), static_cast<int64_t>(p.size())));
+  float la = 0, lb = 0;
+  DP_REQUIRE_OK(a.step(12, 7, &la));
+  DP_REQUIRE_OK(b.step(12, 7, &lb));
+  CHECK(la == lb);
+  CHECK(params_of(a.model) == params_of(b.model));
+}
+
 // ----------------------------------------------------------- steady state --
 
 TEST_CASE("steady-state training on CUDA calls neither cudaMalloc nor cudaFree") {

@@ -15,6 +15,8 @@ int cuda_device_count(std::string* why) {
 
 std::string cuda_device_name(int) { fail(DP_ERR_DEVICE, kWhy); }
 
+Allocator* cuda_pinned_allocator() { fail(DP_ERR_DEVICE, std::string("pinned memory: ") + kWhy); }
+
 std::unique_ptr<DeviceEngine> make_cuda_engine(Model&, const std::vector<int>& ordinals, Workers*) {
   fail(DP_ERR_DEVICE, "device 'cuda:" + std::to_string(ordinals.at(0)) + "': " + kWhy);
 }

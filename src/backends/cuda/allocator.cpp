@@ -69,6 +69,25 @@ class CachingAllocator final : public Allocator {
 
 }  // namespace
 
+namespace {
+class PinnedAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    DP_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+    return p;
+  }
+  void release(void* p, size_t) override { cudaFreeHost(p); }
+};
+}  // namespace
+
+Allocator* cuda_pinned_allocator() {
+  std::string why;
+  if (cuda_device_count(&why) == 0) fail(DP_ERR_DEVICE, "pinned memory: " + why);
+  static PinnedAllocator pinned;
+  return &pinned;
+}
+
 std::unique_ptr<Allocator> make_cuda_allocator(int device) { return std::make_unique<CachingAllocator>(device); }
 
 }  // namespace dp

@@ -14,6 +14,12 @@ int cuda_device_count(std::string* why);
 // "NVIDIA H200, 139.8 GiB, compute capability 9.0"; throws DP_ERR_DEVICE.
 std::string cuda_device_name(int device);
 
+class Allocator;
+// Page-locked host memory (cudaHostAlloc), for tensors that GPUs copy from
+// asynchronously and without a staging copy (PyTorch's pin_memory). Throws
+// DP_ERR_DEVICE with the reason when there is no usable GPU.
+Allocator* cuda_pinned_allocator();
+
 }  // namespace dp
 
 #ifdef DP_HAVE_CUDA

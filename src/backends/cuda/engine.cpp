@@ -278,15 +278,21 @@ void CudaEngine::run(const RunPlan& plan) {
 
 void CudaEngine::run_one(void* self, int r) { static_cast<CudaEngine*>(self)->run_replica(r); }
 
-// Copies rows [off, off + rows) of a host tensor up to `dst` through pinned memory.
+// Copies rows [off, off + rows) of a host tensor up to `dst`: straight from
+// a pinned tensor, else through pinned staging (a copy on this replica's
+// host thread, so the replicas stage in parallel).
 static void stage_up(const Tensor& host, int64_t off, int64_t rows, Pinned& stage, Tensor& dst, cudaStream_t st) {
   Shape s = host.shape();
   s.d[0] = rows;
   dst.resize(host.dtype(), s);
   const size_t row_bytes = static_cast<size_t>(host.shape().inner()) * dtype_size(host.dtype());
-  char* pin = stage.data() + off * row_bytes;
-  std::memcpy(pin, static_cast<const char*>(host.data()) + off * row_bytes, rows * row_bytes);
-  DP_CUDA_CHECK(cudaMemcpyAsync(dst.data(), pin, rows * row_bytes, cudaMemcpyHostToDevice, st));
+  const char* src = static_cast<const char*>(host.data()) + off * row_bytes;
+  if (host.allocator() != cuda_pinned_allocator()) {
+    char* pin = stage.data() + off * row_bytes;
+    std::memcpy(pin, src, rows * row_bytes);
+    src = pin;
+  }
+  DP_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, rows * row_bytes, cudaMemcpyHostToDevice, st));
 }
 
 void CudaEngine::run_replica(int r) {

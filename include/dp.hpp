@@ -113,6 +113,21 @@ struct dtype_of<int64_t> {
 
 inline std::string version() { return dp_version(); }
 
+// Devices of a kind ("cpu", "cuda"); for "cuda", 0 when there is no usable GPU
+// (and *why, if given, says why).
+inline int device_count(const std::string& kind, std::string* why = nullptr) {
+  int n = 0;
+  const char* reason = nullptr;
+  check(dp_device_count(kind.c_str(), &n, &reason));
+  if (why) *why = reason ? reason : "";
+  return n;
+}
+inline std::string device_name(const std::string& kind, int index) {
+  const char* name = nullptr;
+  check(dp_device_name(kind.c_str(), index, &name));
+  return name;
+}
+
 namespace detail {
 
 // unique_ptr-like ownership of one dp object of type T, destroyed by Destroy.
@@ -260,6 +275,8 @@ class Tensor : public detail::Handle<dp_tensor, dp_tensor_destroy> {
   }
   void copy_from(const std::vector<float>& src) { copy_from<float>(Span<const float>(src)); }
   void copy_from(const std::vector<int64_t>& src) { copy_from<int64_t>(Span<const int64_t>(src)); }
+  // Tensor.pin_memory(): page-locked elements, copied to GPUs without staging.
+  void pin_memory() { check(dp_tensor_pin_memory(get())); }
 
   // Copies the contents out into dst (at least numel() elements).
   template <class T>
@@ -414,6 +431,8 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
   // DP_SPLIT_CHUNK (torch.chunk's rule, the default) or DP_SPLIT_BALANCED.
   void set_split(int split) { set_option(DP_GROUP_SPLIT, split); }
   void set_threads_per_device(int threads) { set_option(DP_GROUP_THREADS_PER_DEVICE, threads); }
+  // GPU matrix products and convolutions may use TF32 (off by default).
+  void set_allow_tf32(bool allow = true) { set_option(DP_GROUP_ALLOW_TF32, allow ? 1 : 0); }
 
   // model.train() / model.eval().
   void train(bool training = true) { check(dp_group_set_training(get(), training ? 1 : 0)); }

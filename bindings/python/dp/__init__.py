@@ -44,6 +44,28 @@ def version():
     return _lib.version().decode()
 
 
+def device_count(kind='cuda'):
+    """Devices of a kind ("cpu": cores; "cuda": usable GPUs, 0 without a CUDA
+    build or GPU: device_count_why() says which)."""
+    n, why = ctypes.c_int(), ctypes.c_char_p()
+    _check(_lib.device_count(kind.encode(), ctypes.byref(n), ctypes.byref(why)))
+    return n.value
+
+
+def device_count_why(kind='cuda'):
+    """Why there are no devices of `kind` ("" when there are)."""
+    n, why = ctypes.c_int(), ctypes.c_char_p()
+    _check(_lib.device_count(kind.encode(), ctypes.byref(n), ctypes.byref(why)))
+    return (why.value or b'').decode()
+
+
+def device_name(kind, index):
+    """device_name('cuda', 0) -> 'NVIDIA H200, 139.8 GiB, compute capability 9.0'."""
+    name = ctypes.c_char_p()
+    _check(_lib.device_name(kind.encode(), int(index), ctypes.byref(name)))
+    return name.value.decode()
+
+
 __version__ = version()
 
 # ---------------------------------------------------------------- errors
@@ -308,6 +330,12 @@ class Tensor:
         p = ctypes.c_void_p()
         _check(_lib.tensor_data(self._h, ctypes.byref(p)))
         return p.value or 0
+
+    def pin_memory(self):
+        """Moves the elements to page-locked memory (Tensor.pin_memory()): GPU
+        groups copy it up without a staging copy. Needs a usable GPU."""
+        _check(_lib.tensor_pin_memory(self._h))
+        return self
 
     @property
     def is_borrowed(self):
@@ -622,7 +650,10 @@ class Model:
 
 
 def _devices(devices):
-    if devices is None or devices == 'auto':
+    if devices is None or devices == 'auto':  # every GPU when there is one, as nn.DataParallel
+        gpus = device_count('cuda')
+        if gpus:
+            return ','.join(f'cuda:{i}' for i in range(gpus))
         return ','.join(f'cpu:{i}' for i in range(os.cpu_count() or 1))
     if isinstance(devices, int):
         return ','.join(f'cpu:{i}' for i in range(devices))
@@ -660,6 +691,11 @@ class DataParallel:
 
     def set_threads_per_device(self, n):
         _check(_lib.group_set_option(self._h, 1, int(n)))
+        return self
+
+    def set_allow_tf32(self, allow=True):
+        """Lets GPU matrix products and convolutions use TF32 (off by default)."""
+        _check(_lib.group_set_option(self._h, 2, 1 if allow else 0))
         return self
 
     def train(self, mode=True):

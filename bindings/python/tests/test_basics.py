@@ -117,3 +117,20 @@ def test_group_basics():
     g(np.zeros((10, 5), np.float32))
     assert g.last_split() == [4, 3, 3]
     assert dp.DataParallel(m, 2).num_devices == 2
+
+
+def test_devices_and_pinned_memory():
+    assert dp.device_count('cpu') >= 1
+    gpus = dp.device_count('cuda')
+    why = dp.device_count_why('cuda')
+    assert (gpus == 0) == (why != '')
+    t = dp.tensor([1.0, 2.0, 3.0])
+    if gpus == 0:
+        with pytest.raises(dp.DeviceError):
+            t.pin_memory()
+        with pytest.raises(dp.DeviceError):
+            dp.Group(dp.Model(MLP), 'cuda:0')
+    else:
+        assert 'compute capability' in dp.device_name('cuda', 0)
+        t.pin_memory()
+    assert t.numpy().tolist() == [1.0, 2.0, 3.0]

@@ -20,41 +20,13 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/ops/common.cuh"
 #include "backends/cuda/ops/ops.h"
 #include "layers/conv2d.h"
 
 namespace dp {
 
 namespace {
-
-// Descriptors owned by the op; destroyed without throwing.
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { DP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() {
-    if (d) cudnnDestroyTensorDescriptor(d);
-  }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc() { DP_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d)); }
-  ~FilterDesc() {
-    if (d) cudnnDestroyFilterDescriptor(d);
-  }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-};
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc() { DP_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d)); }
-  ~ConvDesc() {
-    if (d) cudnnDestroyConvolutionDescriptor(d);
-  }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
-};
 
 // Workspace above which a faster-looking algorithm is passed over for one
 // that needs less (as long as some candidate fits).

@@ -5,6 +5,7 @@
 // block's fixed tree), never with float atomics: the same loss on every run.
 #include <math_constants.h>
 
+#include "backends/cuda/ops/common.cuh"
 #include "backends/cuda/ops/ops.h"
 #include "layers/loss_cross_entropy.h"
 #include "layers/loss_mse.h"
@@ -15,19 +16,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kSumThreads = 256;
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = v < w ? w : v;
-  }
-  return v;
-}
-// A butterfly: every lane ends with the same bits (double addition commutes).
-__device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // The sum of every thread's `a` in a block of kSumThreads, by a fixed tree.
 __device__ double block_sum(double a) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/ops/common.cuh"
 #include "backends/cuda/ops/ops.h"
 #include "layers/global_avg_pool.h"
 #include "layers/pool2d.h"
@@ -32,25 +33,6 @@ namespace dp {
 namespace {
 
 constexpr int kThreads = 256;
-
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { DP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() {
-    if (d) cudnnDestroyTensorDescriptor(d);
-  }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
-struct PoolDesc {
-  cudnnPoolingDescriptor_t d = nullptr;
-  PoolDesc() { DP_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d)); }
-  ~PoolDesc() {
-    if (d) cudnnDestroyPoolingDescriptor(d);
-  }
-  PoolDesc(const PoolDesc&) = delete;
-  PoolDesc& operator=(const PoolDesc&) = delete;
-};
 
 int to_int(int64_t v, const char* op, const char* what) {
   if (v < 0 || v > INT32_MAX)

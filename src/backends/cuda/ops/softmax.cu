@@ -6,6 +6,7 @@
 //    (double addition commutes), the same on every run.
 //  - inner > 1: a thread per line, walking D in the CPU's order; adjacent
 //    threads read adjacent addresses.
+#include "backends/cuda/ops/common.cuh"
 #include "backends/cuda/ops/ops.h"
 #include "layers/softmax.h"
 
@@ -14,18 +15,6 @@ namespace dp {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = v < w ? w : v;
-  }
-  return v;
-}
-__device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Lines [blockIdx.x * kWarpsPerBlock + warp, ...), D contiguous values each.
 __global__ void softmax_rows(const float* __restrict__ x, float* __restrict__ y, int64_t lines, int64_t D) {

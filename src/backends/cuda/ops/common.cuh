@@ -1,0 +1,39 @@
+// Pieces several ops share: owned cuDNN descriptors and warp reductions.
+#pragma once
+#include "backends/cuda/cuda.h"
+
+namespace dp {
+
+// A cuDNN descriptor the op owns: created with the op, destroyed without throwing.
+template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+struct CudnnDesc {
+  T d = nullptr;
+  CudnnDesc() { DP_CUDNN_CHECK(Create(&d)); }
+  ~CudnnDesc() {
+    if (d) Destroy(d);
+  }
+  CudnnDesc(const CudnnDesc&) = delete;
+  CudnnDesc& operator=(const CudnnDesc&) = delete;
+};
+using TensorDesc = CudnnDesc<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc = CudnnDesc<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc =
+    CudnnDesc<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+using PoolDesc = CudnnDesc<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+
+#ifdef __CUDACC__
+// Butterflies over a full warp: every lane ends with the same bits.
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = v < w ? w : v;
+  }
+  return v;
+}
+__device__ inline double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+#endif
+
+}  // namespace dp

@@ -261,17 +261,19 @@ for m in fashion_mnist_mlp cifar_resnet large_mlp; do
   record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
 done
 
-run_dp() {  # MODEL BATCH STEPS ROUND
-  local log="$LOGS/dp_$1_r$4.log"
-  bounded 180 "$DP" bench "$root/examples/$1.json" --devices cuda:0 --batch-size "$2" --steps "$3" \
-    --optimizer "$OPT" > "$log" 2>&1
+run_dp() {  # MODEL BATCH STEPS ROUND [IMPL EXTRA...]
+  local m=$1 batch=$2 steps=$3 r=$4 impl=${5:-dp}
+  shift 5 2>/dev/null || shift $#
+  local log="$LOGS/${impl}_${m}_r$r.log"
+  bounded 180 "$DP" bench "$root/examples/$m.json" --devices cuda:0 --batch-size "$batch" --steps "$steps" \
+    --optimizer "$OPT" "$@" > "$log" 2>&1
   local rc=$?
-  record bench "$1" dp "$4" "$rc" "$log"
+  record bench "$m" "$impl" "$r" "$rc" "$log"
   if [ "$rc" != 0 ]; then
-    say "  dp    $1 round $4: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-    fail "dp bench $1 round $4 (log: $log)"
+    say "  $impl $m round $r: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "$impl bench $m round $r (log: $log)"
   else
-    say "  dp    $1 round $4: $(tail -n 1 "$log")"
+    say "  $impl $m round $r: $(tail -n 1 "$log")"
   fi
 }
 run_torch() {  # MODEL BATCH STEPS ROUND WARMUP [IMPL EXTRA...]
@@ -297,6 +299,7 @@ for r in $(seq 1 "$ROUNDS"); do
   run_torch cifar_resnet 256 "$CNN_STEPS" "$r" 10 torch
 done
 run_torch cifar_resnet 256 "$CNN_STEPS" 1 10 torch_cudnn_benchmark --cudnn-benchmark
+run_dp cifar_resnet 256 "$CNN_STEPS" 1 dp_cudnn_benchmark --cudnn-benchmark
 say ""
 "$PY" "$TORCH_PY" report "$RESULTS" --section models | tee "$LOGS/table_models.txt"
 

@@ -408,7 +408,7 @@ def cmd_report(args):
     if section in ('models', 'all'):
         models = [m for m in dict.fromkeys(r['model'] for r in runs) if m != 'large_mlp']
         print(f'{"model":22} {"params":>9} {"batch":>5} {"dp samples/s":>13} {"torch samples/s":>16} '
-              f'{"dp/torch":>9} {"torch+cudnn.benchmark":>22}')
+              f'{"dp/torch":>9} {"torch+cudnn.benchmark":>22} {"dp+cudnn.benchmark":>19} {"ratio":>6}')
         for m in models:
             dp, th, thb = median(rates(m, 'dp')), median(rates(m, 'torch')), median(rates(m, 'torch_cudnn_benchmark'))
             info = infos.get(m) or {}
@@ -416,12 +416,17 @@ def cmd_report(args):
                           and isinstance(r.get('result'), dict)), None)
             ratio = dp / th if dp and th else None
             tried_thb = any(r['model'] == m and r['impl'] == 'torch_cudnn_benchmark' for r in runs)
+            dpb = median(rates(m, 'dp_cudnn_benchmark'))
+            tried_dpb = any(r['model'] == m and r['impl'] == 'dp_cudnn_benchmark' for r in runs)
+            ratio_b = dpb / thb if dpb and thb else None
             print(f'{m:22} {fmt(info.get("params")):>9} {fmt(batch, "{}"):>5} {fmt(dp):>13} {fmt(th):>16} '
-                  f'{fmt(ratio, "{:.2f}x"):>9} {fmt(thb) if tried_thb else "-":>22}')
+                  f'{fmt(ratio, "{:.2f}x"):>9} {fmt(thb) if tried_thb else "-":>22} '
+                  f'{fmt(dpb) if tried_dpb else "-":>19} {fmt(ratio_b, "{:.2f}x") if tried_dpb else "-":>6}')
             out['models'][m] = {'params': info.get('params'), 'params_match_dp': info.get('matches_dp'),
                                 'batch_size': batch, 'dp_samples_per_second': dp, 'torch_samples_per_second': th,
                                 'dp_over_torch': round(ratio, 3) if ratio else None,
                                 'torch_cudnn_benchmark_samples_per_second': thb,
+                                'dp_cudnn_benchmark_samples_per_second': dpb,
                                 'dp_rounds': rates(m, 'dp'), 'torch_rounds': rates(m, 'torch')}
     if section in ('large_mlp', 'all'):
         info = infos.get('large_mlp') or {}

@@ -207,7 +207,12 @@ typedef enum dp_group_option {
   /* 1: float32 matrix products and convolutions on GPUs may use TF32 tensor
    * cores (faster, about 1e-3 relative error); 0 (default): full float32, as
    * PyTorch's default torch.backends.cuda.matmul.allow_tf32 = False. */
-  DP_GROUP_ALLOW_TF32 = 2
+  DP_GROUP_ALLOW_TF32 = 2,
+  /* 1: GPU convolutions use the algorithms cuDNN measures fastest, timed
+   * once per shape on the first step (PyTorch's torch.backends.cudnn.benchmark);
+   * 0 (default): cuDNN's heuristics, preferring deterministic algorithms, so
+   * gradients are the same run to run. */
+  DP_GROUP_CUDNN_BENCHMARK = 3
 } dp_group_option;
 enum { DP_SPLIT_CHUNK = 0, DP_SPLIT_BALANCED = 1 };
 DP_API dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value);

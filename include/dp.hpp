@@ -433,6 +433,8 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
   void set_threads_per_device(int threads) { set_option(DP_GROUP_THREADS_PER_DEVICE, threads); }
   // GPU matrix products and convolutions may use TF32 (off by default).
   void set_allow_tf32(bool allow = true) { set_option(DP_GROUP_ALLOW_TF32, allow ? 1 : 0); }
+  // cuDNN times convolution algorithms (PyTorch's cudnn.benchmark).
+  void set_cudnn_benchmark(bool on = true) { set_option(DP_GROUP_CUDNN_BENCHMARK, on ? 1 : 0); }
 
   // model.train() / model.eval().
   void train(bool training = true) { check(dp_group_set_training(get(), training ? 1 : 0)); }

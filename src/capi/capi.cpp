@@ -387,6 +387,10 @@ dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value
       DP_CHECK_ARG(value == 0 || value == 1, "DP_GROUP_ALLOW_TF32 takes 0 or 1, got " + std::to_string(value));
       g->group->set_allow_tf32(value == 1);
       break;
+    case DP_GROUP_CUDNN_BENCHMARK:
+      DP_CHECK_ARG(value == 0 || value == 1, "DP_GROUP_CUDNN_BENCHMARK takes 0 or 1, got " + std::to_string(value));
+      g->group->set_cudnn_benchmark(value == 1);
+      break;
     default:
       fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(static_cast<int>(option)));
   }

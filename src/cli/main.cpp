@@ -29,6 +29,7 @@ struct TrainOptions {
 
 // --plugin PATH, repeatable: loaded into each command's context first.
 static std::vector<std::string> g_plugins;
+static bool g_cudnn_benchmark = false;
 static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths) {
   for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), "--plugin " + p);
 }
@@ -47,6 +48,7 @@ static Group make_group(dp_model* m, const std::string& devices, int64_t threads
   check(dp_group_create(m, resolve_devices(devices).c_str(), &g), "--devices");
   Group group(g);
   check(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, threads), "--threads");
+  check(dp_group_set_option(g, DP_GROUP_CUDNN_BENCHMARK, g_cudnn_benchmark ? 1 : 0), "--cudnn-benchmark");
   return group;
 }
 
@@ -360,6 +362,9 @@ int main(int argc, char** argv) {
   plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
   for (auto* cmd : {train_cmd, eval_cmd, bench_cmd})
     cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)");
+  for (auto* cmd : {train_cmd, bench_cmd})
+    cmd->add_flag("--cudnn-benchmark", g_cudnn_benchmark,
+                  "GPUs: time cuDNN's convolution algorithms on the first step, take the fastest (cudnn.benchmark)");
 
   try {
     app.parse(argc, argv);

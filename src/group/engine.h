@@ -48,6 +48,7 @@ class DeviceEngine : public DeviceCopy {
   // Copies opt's state from the devices into opt.state() (for a checkpoint).
   virtual void optimizer_to_host(Optimizer& opt) = 0;
   virtual void set_allow_tf32(bool allow) = 0;
+  virtual void set_cudnn_benchmark(bool on) = 0;
 };
 
 // "cuda:0,cuda:0" parsed into ordinals; throws DP_ERR_DEVICE with the reason

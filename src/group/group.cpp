@@ -65,6 +65,10 @@ void Group::set_allow_tf32(bool allow) {
   if (engine_) engine_->set_allow_tf32(allow);
 }
 
+void Group::set_cudnn_benchmark(bool on) {
+  if (engine_) engine_->set_cudnn_benchmark(on);
+}
+
 void Group::optimizer_to_host(Optimizer& opt) {
   if (engine_) engine_->optimizer_to_host(opt);
 }

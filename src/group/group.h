@@ -29,6 +29,9 @@ class Group {
   void set_threads_per_device(int threads);
   // Lets float32 matrix products and convolutions on GPUs use TF32 (off by default).
   void set_allow_tf32(bool allow);
+  // Convolution algorithms timed by cuDNN once per shape, the fastest taken
+  // (PyTorch's cudnn.benchmark); off: cuDNN's heuristics, deterministic first.
+  void set_cudnn_benchmark(bool on);
   bool on_gpus() const { return engine_ != nullptr; }
   // Optimizer state kept on GPUs, copied into opt.state() (before a checkpoint).
   void optimizer_to_host(Optimizer& opt);

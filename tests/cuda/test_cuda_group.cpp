@@ -589,6 +589,24 @@ TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh gro
   }
 }
 
+// ------------------------------------------------------- cudnn benchmark --
+
+TEST_CASE("DP_GROUP_CUDNN_BENCHMARK: timed convolution algorithms train as the CPU does") {
+  progress("cudnn benchmark, CNN, cuda:0, SGD, 5 steps");
+  Session gpu(kCnn, "cuda:0", kSgd), cpu(kCnn, "cpu:0", kSgd);
+  DP_REQUIRE_OK(dp_group_set_option(gpu.group, DP_GROUP_CUDNN_BENCHMARK, 1));
+  CHECK(dp_group_set_option(gpu.group, DP_GROUP_CUDNN_BENCHMARK, 2) == DP_ERR_INVALID_ARGUMENT);
+  const int64_t batches[] = {10, 10, 7, 10, 10};  // a new batch size is timed again
+  for (int k = 0; k < 5; ++k) {
+    float a = 0, b = 0;
+    DP_REQUIRE_OK(cpu.step(batches[k], k, &a));
+    dp_status st = gpu.step(batches[k], k, &b);
+    INFO("step " << k << ": " << last(st));
+    REQUIRE(st == DP_OK);
+  }
+  expect_close(params_of(gpu.model), params_of(cpu.model), "cudnn benchmark: parameters after the steps");
+}
+
 // ---------------------------------------------------------- pinned memory --
 
 TEST_CASE("pinned batches train exactly as pageable ones, and a group's changed weights reach the GPU") {

@@ -698,6 +698,11 @@ class DataParallel:
         _check(_lib.group_set_option(self._h, 2, 1 if allow else 0))
         return self
 
+    def set_cudnn_benchmark(self, on=True):
+        """cuDNN times convolution algorithms once per shape (cudnn.benchmark)."""
+        _check(_lib.group_set_option(self._h, 3, 1 if on else 0))
+        return self
+
     def train(self, mode=True):
         _check(_lib.group_set_training(self._h, 1 if mode else 0))
         self.training = bool(mode)

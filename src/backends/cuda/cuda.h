@@ -27,6 +27,7 @@ struct CudaCtx {
   cudnnHandle_t cudnn = nullptr;
   Allocator* alloc = nullptr;       // the device's caching allocator
   bool allow_tf32 = false;          // DP_GROUP_ALLOW_TF32; cuDNN convolutions honour it too
+  bool cudnn_benchmark = false;     // DP_GROUP_CUDNN_BENCHMARK: time convolution algorithms
 };
 
 // "<what> failed: <message> (<name>)" as DP_ERR_DEVICE (DP_ERR_OUT_OF_MEMORY

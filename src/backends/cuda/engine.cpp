@@ -68,6 +68,9 @@ class CudaEngine final : public DeviceEngine {
   void optimizer_step(Optimizer& opt) override;
   void optimizer_to_host(Optimizer& opt) override;
   void set_allow_tf32(bool allow) override;
+  void set_cudnn_benchmark(bool on) override {
+    for (auto& r : reps_) r->stream.ctx()->cudnn_benchmark = on;
+  }
   void to_host() override;
 
  private:

@@ -7,7 +7,11 @@
 // cuDNN's heuristics (cudnnGet...Algorithm_v7, which neither runs kernels nor
 // synchronises) and cached: the first candidate, in cuDNN's order, that is
 // deterministic and needs at most kWorkspaceCap bytes; else the first that
-// fits the cap; else the one with the smallest workspace. One workspace,
+// fits the cap; else the one with the smallest workspace. With
+// ctx.cuda->cudnn_benchmark (DP_GROUP_CUDNN_BENCHMARK, PyTorch's
+// cudnn.benchmark) cuDNN times the candidates instead (cudnnFind...: kernels
+// run and the stream synchronises, once per shape) and the fastest that fits
+// the cap is taken, deterministic or not. One workspace,
 // io.tmp(0), sized for the largest of the three, persists across steps.
 //
 // Math: CUDNN_FMA_MATH (plain FP32) unless ctx.cuda->allow_tf32, in which case
@@ -16,6 +20,7 @@
 // never accepted).
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +85,7 @@ class CudaConv2d final : public CudaOp {
     io.out->resize(DP_F32, Shape{n, a_.cout_, a_.Ho_, a_.Wo_});
     if (n == 0) return;
     cudnnHandle_t h = ctx.cuda->cudnn;
-    prepare(h, ctx.cuda->allow_tf32, n);
+    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, n);
     void* ws = workspace(io);
     const float one = 1.f, zero = 0.f;
     DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.fwd.math));
@@ -97,7 +102,7 @@ class CudaConv2d final : public CudaOp {
     if (gin) gin->resize(DP_F32, x.shape());
     if (n == 0) return;  // nothing to add to the gradients; gin is empty
     cudnnHandle_t h = ctx.cuda->cudnn;
-    prepare(h, ctx.cuda->allow_tf32, n);
+    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, n);
     void* ws = workspace(io);
     const float one = 1.f, zero = 0.f;
     const float* dy = io.gout->f32();
@@ -116,8 +121,8 @@ class CudaConv2d final : public CudaOp {
 
  private:
   // Descriptors and algorithms for batch size n (host work only).
-  void prepare(cudnnHandle_t h, bool tf32, int64_t n) {
-    if (n == n_ && tf32 == tf32_) return;
+  void prepare(cudnnHandle_t h, bool tf32, bool bench, int64_t n) {
+    if (n == n_ && tf32 == tf32_ && bench == bench_) return;
     const int ni = to_int(n, "batch size");
     if (n != n_) {
       DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni, to_int(a_.cin_, "in_channels"),
@@ -135,9 +140,10 @@ class CudaConv2d final : public CudaOp {
     }
     n_ = n;
     tf32_ = tf32;
-    auto key = std::make_pair(n, tf32);
+    bench_ = bench;
+    auto key = std::make_tuple(n, tf32, bench);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32, bench)).first;
     plan_ = it->second;
   }
 
@@ -154,7 +160,7 @@ class CudaConv2d final : public CudaOp {
   // sets the math type it is given and returns false when the algorithm is
   // not supported for this configuration, else its workspace.
   template <class Perf, class Algo, class WsOf>
-  static Choice<Algo> pick(const std::vector<Perf>& perf, int got, bool tf32, WsOf ws_of, Algo fallback,
+  static Choice<Algo> pick(const std::vector<Perf>& perf, int got, bool tf32, bool timed, WsOf ws_of, Algo fallback,
                            const char* what) {
     struct Cand {
       Choice<Algo> c;
@@ -172,8 +178,8 @@ class CudaConv2d final : public CudaOp {
       if (!ws_of(c.algo, c.math, &c.ws)) continue;
       cands.push_back({c, p.determinism == CUDNN_DETERMINISTIC});
     }
-    for (const Cand& k : cands)
-      if (k.det && k.c.ws <= kWorkspaceCap) return k.c;
+    for (const Cand& k : cands)  // timed: cuDNN's order is fastest first
+      if ((k.det || timed) && k.c.ws <= kWorkspaceCap) return k.c;
     for (const Cand& k : cands)
       if (k.c.ws <= kWorkspaceCap) return k.c;
     if (!cands.empty()) {
@@ -190,7 +196,7 @@ class CudaConv2d final : public CudaOp {
     return c;
   }
 
-  Plan choose(cudnnHandle_t h, bool tf32) {
+  Plan choose(cudnnHandle_t h, bool tf32, bool bench) {
     const cudnnMathType_t query_math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     Plan plan;
     int max = 0, got = 0;
@@ -198,9 +204,12 @@ class CudaConv2d final : public CudaOp {
     DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, query_math));
     DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionFwdAlgoPerf_t> fperf(static_cast<size_t>(max > 0 ? max : 1));
-    DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_.d, w_.d, conv_.d, y_.d, max, &got, fperf.data()));
+    if (bench)
+      DP_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x_.d, w_.d, conv_.d, y_.d, max, &got, fperf.data()));
+    else
+      DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_.d, w_.d, conv_.d, y_.d, max, &got, fperf.data()));
     plan.fwd = pick(
-        fperf, got, tf32,
+        fperf, got, tf32, bench,
         [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, size_t* ws) {
           if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
           return cudnnGetConvolutionForwardWorkspaceSize(h, x_.d, w_.d, conv_.d, y_.d, algo, ws) == CUDNN_STATUS_SUCCESS;
@@ -211,9 +220,12 @@ class CudaConv2d final : public CudaOp {
     max = got = 0;
     DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dperf(static_cast<size_t>(max > 0 ? max : 1));
-    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_.d, y_.d, conv_.d, x_.d, max, &got, dperf.data()));
+    if (bench)
+      DP_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, w_.d, y_.d, conv_.d, x_.d, max, &got, dperf.data()));
+    else
+      DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_.d, y_.d, conv_.d, x_.d, max, &got, dperf.data()));
     plan.bwd_data = pick(
-        dperf, got, tf32,
+        dperf, got, tf32, bench,
         [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math, size_t* ws) {
           if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_.d, y_.d, conv_.d, x_.d, algo, ws) ==
@@ -225,9 +237,12 @@ class CudaConv2d final : public CudaOp {
     max = got = 0;
     DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> wperf(static_cast<size_t>(max > 0 ? max : 1));
-    DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_.d, y_.d, conv_.d, w_.d, max, &got, wperf.data()));
+    if (bench)
+      DP_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, x_.d, y_.d, conv_.d, w_.d, max, &got, wperf.data()));
+    else
+      DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_.d, y_.d, conv_.d, w_.d, max, &got, wperf.data()));
     plan.bwd_filter = pick(
-        wperf, got, tf32,
+        wperf, got, tf32, bench,
         [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math, size_t* ws) {
           if (cudnnSetConvolutionMathType(conv_.d, math) != CUDNN_STATUS_SUCCESS) return false;
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_.d, y_.d, conv_.d, w_.d, algo, ws) ==
@@ -242,9 +257,9 @@ class CudaConv2d final : public CudaOp {
   FilterDesc w_;
   ConvDesc conv_;
   int64_t n_ = -1;  // batch size x_/y_/plan_ are set for
-  bool tf32_ = false;
+  bool tf32_ = false, bench_ = false;
   Plan plan_;
-  std::map<std::pair<int64_t, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, bool, bool>, Plan> plans_;
 };
 
 }  // namespace

@@ -98,6 +98,7 @@ class CudaEngine final : public DeviceEngine {
 
   // The job in flight.
   const RunPlan* plan_ = nullptr;
+  const Allocator* pinned_ = nullptr;  // batches from it need no staging
   Pinned in_stage_, target_stage_, gout_stage_, out_stage_, results_;
   size_t result_stride_ = 0;  // per replica: loss (float), correct (int64), stats
   Shape out_shape_;
@@ -114,6 +115,7 @@ CudaEngine::CudaEngine(Model& model, const std::vector<int>& ordinals, Workers* 
       fail(DP_ERR_DEVICE, "device 'cuda:" + std::to_string(d) + "' does not exist: this machine has " +
                               std::to_string(count) + " CUDA device(s), cuda:0 to cuda:" + std::to_string(count - 1));
   }
+  pinned_ = cuda_pinned_allocator();
   // Slots in order of first appearance; replicas keep the device list's order.
   for (int d : ordinals) {
     int s = 0;
@@ -284,13 +286,14 @@ void CudaEngine::run_one(void* self, int r) { static_cast<CudaEngine*>(self)->ru
 // Copies rows [off, off + rows) of a host tensor up to `dst`: straight from
 // a pinned tensor, else through pinned staging (a copy on this replica's
 // host thread, so the replicas stage in parallel).
-static void stage_up(const Tensor& host, int64_t off, int64_t rows, Pinned& stage, Tensor& dst, cudaStream_t st) {
+static void stage_up(const Tensor& host, int64_t off, int64_t rows, Pinned& stage, Tensor& dst, cudaStream_t st,
+                     const Allocator* pinned) {
   Shape s = host.shape();
   s.d[0] = rows;
   dst.resize(host.dtype(), s);
   const size_t row_bytes = static_cast<size_t>(host.shape().inner()) * dtype_size(host.dtype());
   const char* src = static_cast<const char*>(host.data()) + off * row_bytes;
-  if (host.allocator() != cuda_pinned_allocator()) {
+  if (host.allocator() != pinned) {
     char* pin = stage.data() + off * row_bytes;
     std::memcpy(pin, src, rows * row_bytes);
     src = pin;
@@ -318,17 +321,17 @@ void CudaEngine::run_replica(int r) {
     const int64_t off = (*plan.offsets)[r], rows = (*plan.split)[r];
     char* res = results_.data() + r * result_stride_;
     if (plan.job == Job::kBackward) {
-      stage_up(*plan.grad_output, off, rows, gout_stage_, rep.grad_output, st);
+      stage_up(*plan.grad_output, off, rows, gout_stage_, rep.grad_output, st, pinned_);
       rep.graph.backward(ctx, rep.grad_output);
     } else {
-      stage_up(*plan.input, off, rows, in_stage_, rep.input, st);
+      stage_up(*plan.input, off, rows, in_stage_, rep.input, st, pinned_);
       rep.graph.forward(ctx, rep.input);
       if (plan.job == Job::kForward) {
         const size_t row_bytes = static_cast<size_t>(out_shape_.inner()) * sizeof(float);
         DP_CUDA_CHECK(cudaMemcpyAsync(out_stage_.data() + off * row_bytes, rep.graph.output().data(), rows * row_bytes,
                                       cudaMemcpyDeviceToHost, st));
       } else {
-        stage_up(*plan.target, off, rows, target_stage_, rep.target, st);
+        stage_up(*plan.target, off, rows, target_stage_, rep.target, st, pinned_);
         rep.loss->forward_backward(ctx, rep.graph.output(), rep.target, &rep.graph.loss_grad(), rep.loss_value.f32());
         DP_CUDA_CHECK(cudaMemcpyAsync(res, rep.loss_value.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
         if (plan.job == Job::kEval) {

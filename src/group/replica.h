@@ -54,7 +54,8 @@ class Replica {
   const Tensor& output() const { return acts_.back(); }
   Tensor& loss_grad() { return loss_grad_; }
   float* grads() { return grads_.f32(); }
-  float* stats(const Node& n) { return stats_.f32() + n.stats_offset; }
+  float* stats(const Node& n) { return all_stats() + n.stats_offset; }
+  float* all_stats() { return stats_.f32(); }  // every layer's, model.stats_total floats
   Workers* pool() { return pool_.get(); }
 
  private:

@@ -59,7 +59,7 @@ class CudaEngine final : public DeviceEngine {
 
   void run(const RunPlan& plan) override;
   const float* host_stats(int r, const Node& node) override {
-    return reinterpret_cast<const float*>(results_.data() + r * result_stride_ + 16) + node.stats_offset;
+    return reinterpret_cast<const float*>(results_.data() + r * result_stride_ + kStatsAt) + node.stats_offset;
   }
   void buffers_changed() override;
   void gather(Tensor& output) override;
@@ -100,7 +100,10 @@ class CudaEngine final : public DeviceEngine {
   const RunPlan* plan_ = nullptr;
   const Allocator* pinned_ = nullptr;  // batches from it need no staging
   Pinned in_stage_, target_stage_, gout_stage_, out_stage_, results_;
-  size_t result_stride_ = 0;  // per replica: loss (float), correct (int64), stats
+  // Per replica, read back once per job: the loss (float), the correct count
+  // (int64) and the batch-norm statistics, at these byte offsets.
+  static constexpr size_t kLossAt = 0, kCorrectAt = 8, kStatsAt = 16;
+  size_t result_stride_ = 0;
   Shape out_shape_;
   int active_ = 0;
 };
@@ -252,14 +255,17 @@ void CudaEngine::run(const RunPlan& plan) {
   if (computes_loss && dynamic_cast<const CrossEntropyAttrs*>(model_.loss.get()))
     check_class_targets(*plan.target, model_.output_shape().numel(), 0);
   // Staging sized here, on one thread, before the replicas' threads use it.
-  in_stage_.reserve(plan.input->bytes());
-  if (computes_loss) target_stage_.reserve(plan.target->bytes());
-  if (plan.job == Job::kBackward) gout_stage_.reserve(plan.grad_output->bytes());
+  auto stage_for = [&](Pinned& stage, const Tensor& t) {  // pinned tensors go up directly
+    if (t.allocator() != pinned_) stage.reserve(t.bytes());
+  };
+  stage_for(in_stage_, *plan.input);
+  if (computes_loss) stage_for(target_stage_, *plan.target);
+  if (plan.job == Job::kBackward) stage_for(gout_stage_, *plan.grad_output);
   if (plan.job == Job::kForward) {
     out_shape_ = Shape::batched(batch, model_.output_shape());
     out_stage_.reserve(static_cast<size_t>(out_shape_.numel()) * sizeof(float));
   }
-  result_stride_ = (16 + static_cast<size_t>(model_.stats_total) * sizeof(float) + 63) / 64 * 64;
+  result_stride_ = (kStatsAt + static_cast<size_t>(model_.stats_total) * sizeof(float) + 63) / 64 * 64;
   results_.reserve(result_stride_ * reps_.size());
   for (int r = 0; r < static_cast<int>(reps_.size()); ++r)
     if (r < active_) (*plan.ctxs)[r].cuda = reps_[r]->stream.ctx();
@@ -275,8 +281,8 @@ void CudaEngine::run(const RunPlan& plan) {
   }
   for (int r = 0; r < active_; ++r) {
     const char* res = results_.data() + r * result_stride_;
-    if (plan.losses) plan.losses[r] = computes_loss ? *reinterpret_cast<const float*>(res) : 0.0;
-    if (plan.correct) plan.correct[r] = plan.job == Job::kEval ? *reinterpret_cast<const int64_t*>(res + 8) : 0;
+    if (plan.losses) plan.losses[r] = computes_loss ? *reinterpret_cast<const float*>(res + kLossAt) : 0.0;
+    if (plan.correct) plan.correct[r] = plan.job == Job::kEval ? *reinterpret_cast<const int64_t*>(res + kCorrectAt) : 0;
   }
   plan_ = nullptr;
 }
@@ -333,17 +339,17 @@ void CudaEngine::run_replica(int r) {
       } else {
         stage_up(*plan.target, off, rows, target_stage_, rep.target, st, pinned_);
         rep.loss->forward_backward(ctx, rep.graph.output(), rep.target, &rep.graph.loss_grad(), rep.loss_value.f32());
-        DP_CUDA_CHECK(cudaMemcpyAsync(res, rep.loss_value.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
+        DP_CUDA_CHECK(cudaMemcpyAsync(res + kLossAt, rep.loss_value.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
         if (plan.job == Job::kEval) {
           cuda_count_correct(ctx, rep.graph.output(), rep.target, rep.correct.i64());
-          DP_CUDA_CHECK(cudaMemcpyAsync(res + 8, rep.correct.data(), sizeof(int64_t), cudaMemcpyDeviceToHost, st));
+          DP_CUDA_CHECK(cudaMemcpyAsync(res + kCorrectAt, rep.correct.data(), sizeof(int64_t), cudaMemcpyDeviceToHost, st));
         } else {
           rep.graph.backward(ctx, rep.graph.loss_grad());
         }
       }
     }
     if (ctx.training && model_.stats_total > 0 && plan.job != Job::kBackward)
-      DP_CUDA_CHECK(cudaMemcpyAsync(res + 16, rep.graph.stats(model_.nodes[0]) - model_.nodes[0].stats_offset,
+      DP_CUDA_CHECK(cudaMemcpyAsync(res + kStatsAt, rep.graph.all_stats(),
                                     static_cast<size_t>(model_.stats_total) * sizeof(float), cudaMemcpyDeviceToHost, st));
   }
   if (backward && bucketed_) {  // the replica's job ends when its last bucket is reduced
@@ -456,7 +462,6 @@ void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
     DP_CUDA_CHECK(cudaEventRecord(s.updated, st));
   }
   device_newer_ = true;
-  if (opt) ++model_.host_version, uploaded_version_ = model_.host_version;  // the devices hold the newest
 }
 
 void CudaEngine::reduce(Optimizer* opt) {

@@ -1,6 +1,7 @@
 // Pieces several ops share: owned cuDNN descriptors and warp reductions.
 #pragma once
 #include "backends/cuda/cuda.h"
+#include "layers/layer.h"
 
 namespace dp {
 
@@ -20,6 +21,15 @@ using FilterDesc = CudnnDesc<cudnnFilterDescriptor_t, cudnnCreateFilterDescripto
 using ConvDesc =
     CudnnDesc<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 using PoolDesc = CudnnDesc<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+
+// The start of a one-input backward: io.gin[0] resized to the input's shape,
+// or null when no input gradient is wanted or there is nothing to compute.
+inline Tensor* input_grad(LayerIO& io) {
+  Tensor* gin = io.gin.empty() ? nullptr : io.gin[0];
+  if (!gin) return nullptr;
+  gin->resize(DP_F32, io.in[0]->shape());
+  return gin->numel() == 0 ? nullptr : gin;
+}
 
 #ifdef __CUDACC__
 // Butterflies over a full warp: every lane ends with the same bits.

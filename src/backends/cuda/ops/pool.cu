@@ -158,12 +158,9 @@ class CudaMaxPool2d final : public CudaOp {
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) override {
-    Tensor* gin = io.gin.empty() ? nullptr : io.gin[0];
+    Tensor* gin = input_grad(io);
     if (!gin) return;
-    const Tensor& x = *io.in[0];
-    gin->resize(DP_F32, x.shape());
-    const int64_t total = x.numel();
-    if (total == 0) return;
+    const int64_t total = gin->numel();
     const int32_t* am = static_cast<const int32_t*>(io.tmp(0).data());
     cudaStream_t s = ctx.cuda->stream;
     if (fits32(total, io.gout->numel()))
@@ -298,13 +295,10 @@ class CudaAvgPool2d final : public CudaOp {
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) override {
-    Tensor* gin = io.gin.empty() ? nullptr : io.gin[0];
+    Tensor* gin = input_grad(io);
     if (!gin) return;
     const Tensor& x = *io.in[0];
-    const int64_t n = x.shape()[0];
-    gin->resize(DP_F32, x.shape());
-    const int64_t total = x.numel();
-    if (total == 0) return;
+    const int64_t n = gin->shape()[0], total = gin->numel();
     if (prepare(n)) {
       // Average pooling's gradient depends on dy alone; cuDNN's interface
       // still takes y, for which dy (same shape) stands in.
@@ -420,12 +414,9 @@ class CudaGlobalAvgPool final : public CudaOp {
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) override {
-    Tensor* gin = io.gin.empty() ? nullptr : io.gin[0];
+    Tensor* gin = input_grad(io);
     if (!gin) return;
-    const Tensor& x = *io.in[0];
-    gin->resize(DP_F32, x.shape());
-    const int64_t total = x.numel();
-    if (total == 0) return;
+    const int64_t total = gin->numel();
     const float inv = 1.f / static_cast<float>(a_.HW_);
     cudaStream_t s = ctx.cuda->stream;
     if (total < INT32_MAX - int64_t(65535) * 8 * kThreads)

@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "backends/cuda/device.h"
+#include "engine/devices.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
 
@@ -131,37 +131,36 @@ void dp_model_destroy(dp_model* m) { delete m; }
 dp_status dp_model_num_parameters(const dp_model* m, int64_t* count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && count, "m and count must not be NULL");
-  *count = static_cast<int64_t>(m->model->params.size());
+  *count = m->model->num_params();
   DP_GUARD_END
 }
 
 dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
-  check_count(m, count, m->model->params.size(), "dp_model_copy_parameters");
-  m->model->pull();
-  std::memcpy(dst, m->model->params.data(), m->model->params.size() * sizeof(float));
+  const std::vector<float>& params = m->model->params();
+  check_count(m, count, params.size(), "dp_model_copy_parameters");
+  std::memcpy(dst, params.data(), params.size() * sizeof(float));
   DP_GUARD_END
 }
 
 dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && src, "m and src must not be NULL");
-  if (count != static_cast<int64_t>(m->model->params.size()))
+  if (count != m->model->num_params())
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_parameters: got " + std::to_string(count) + " floats, the model has " +
-                                      std::to_string(m->model->params.size()));
-  m->model->pull();  // the gradients stay the devices' newest
-  std::memcpy(m->model->params.data(), src, m->model->params.size() * sizeof(float));
-  m->model->host_written();
+                                      std::to_string(m->model->num_params()));
+  std::vector<float>& params = m->model->mutable_params();
+  std::memcpy(params.data(), src, params.size() * sizeof(float));
   DP_GUARD_END
 }
 
 dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
-  check_count(m, count, m->model->grads.size(), "dp_model_copy_gradients");
-  m->model->pull();
-  std::memcpy(dst, m->model->grads.data(), m->model->grads.size() * sizeof(float));
+  const std::vector<float>& grads = m->model->grads();
+  check_count(m, count, grads.size(), "dp_model_copy_gradients");
+  std::memcpy(dst, grads.data(), grads.size() * sizeof(float));
   DP_GUARD_END
 }
 
@@ -187,16 +186,16 @@ dp_status dp_model_parameter_info(const dp_model* m, int index, const char** nam
 dp_status dp_model_num_buffers(const dp_model* m, int64_t* count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && count, "m and count must not be NULL");
-  *count = static_cast<int64_t>(m->model->buffers.size());
+  *count = m->model->num_buffers();
   DP_GUARD_END
 }
 
 dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
-  DP_CHECK_ARG(m && (dst || m->model->buffers.empty()), "m and dst must not be NULL");
-  check_count(m, count, m->model->buffers.size(), "dp_model_copy_buffers");
-  m->model->pull();
-  if (!m->model->buffers.empty()) std::memcpy(dst, m->model->buffers.data(), m->model->buffers.size() * sizeof(float));
+  DP_CHECK_ARG(m && (dst || m->model->num_buffers() == 0), "m and dst must not be NULL");
+  const std::vector<float>& buffers = m->model->buffers();
+  check_count(m, count, buffers.size(), "dp_model_copy_buffers");
+  if (!buffers.empty()) std::memcpy(dst, buffers.data(), buffers.size() * sizeof(float));
   DP_GUARD_END
 }
 
@@ -446,7 +445,7 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   DP_CHECK_ARG(g && json_config && out, "g, json_config and out must not be NULL");
   auto o = std::make_unique<dp_optimizer>();
   o->group = g;
-  o->opt = dp::Optimizer::from_json(json_config, static_cast<int64_t>(g->group->model().params.size()));
+  o->opt = dp::Optimizer::from_json(json_config, g->group->model().num_params());
   *out = o.release();
   DP_GUARD_END
 }

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
-#include "model/args.h"
+#include "core/args.h"
 
 namespace dp {
 

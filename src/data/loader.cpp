@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "backends/cuda/device.h"
+#include "engine/devices.h"
 #include "data/batcher.h"
 
 namespace dp {

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/args.h"
+#include "core/args.h"
 
 namespace dp {
 

@@ -1,14 +1,16 @@
 // A device group: nn.DataParallel's replicate / scatter / parallel_apply /
-// gather, with gradient reduction into the model. Replicas persist; each
-// device runs its replica on its own worker thread. Gradients are summed over
+// gather, with gradient reduction into the model. The group holds the
+// semantics: the devices it was given, checks of inputs and targets, the
+// split rule, the step count that keys dropout, the NaN check and merging
+// batch-norm statistics. An engine (engine/engine.h: the CPU's or CUDA's)
+// executes: replicas persist on their devices, gradients are summed over
 // replicas in device order, so results are deterministic for a given split.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "group/engine.h"
-#include "group/replica.h"
+#include "engine/engine.h"
 #include "group/split.h"
 #include "optim/optimizer.h"
 
@@ -32,7 +34,7 @@ class Group {
   // Convolution algorithms timed by cuDNN once per shape, the fastest taken
   // (PyTorch's cudnn.benchmark); off: cuDNN's heuristics, deterministic first.
   void set_cudnn_benchmark(bool on);
-  bool on_gpus() const { return engine_ != nullptr; }
+  bool on_gpus() const { return !gpu_ordinals_.empty(); }
   // Optimizer state kept on GPUs, copied into opt.state() (before a checkpoint).
   void optimizer_to_host(Optimizer& opt);
   void set_training(bool training) { training_ = training; }
@@ -42,10 +44,10 @@ class Group {
 
   // output: resized to [B, ...] and filled with the gathered outputs.
   void forward(const Tensor& input, Tensor& output);
-  // Adds the gradients of the last forward's graph into model().grads.
+  // Adds the gradients of the last forward's graph into the model's gradients.
   void backward(const Tensor& grad_output);
   void zero_grad();
-  // One optimizer step on the model's gradients, split over the device threads.
+  // One optimizer step on the model's gradients.
   void optimizer_step(Optimizer& opt);
   // zero_grad, forward, loss over the whole batch, backward, step.
   double train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
@@ -55,32 +57,24 @@ class Group {
  private:
   void check_input(const Tensor& input) const;
   void check_target(const Tensor& target, int64_t batch) const;
-  void run(Job job, bool training, const Tensor& input, const Tensor* target, const Tensor* grad_output);
-  static void run_one(void* self, int device);
-  void reduce_grads(Optimizer* opt);
+  // Plans the split of `batch` rows and runs the job on the engine.
+  void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output);
   void merge_stats();
 
   Model& model_;
   std::vector<int> gpu_ordinals_;  // before devices_: parsing fills both
   std::vector<std::string> devices_;
-  std::vector<std::unique_ptr<Replica>> replicas_;
-  std::unique_ptr<Workers> workers_;  // one per device; replica r runs on worker r
-  std::unique_ptr<DeviceEngine> engine_;  // GPU devices; null for CPU devices
+  std::unique_ptr<Engine> engine_;
   SplitMode mode_ = SplitMode::kChunk;
   bool training_ = true;
   int64_t step_ = 0;  // training forward passes so far (keys dropout)
 
-  // The last run: its split, offsets and per-device contexts.
+  // The last run: its split, offsets and per-replica contexts.
   std::vector<int64_t> split_, offsets_;
   std::vector<RunCtx> ctxs_;
-  std::vector<double> losses_;
-  std::vector<int64_t> correct_;
   std::vector<const float*> stat_ptrs_;
   Shape last_output_shape_;
   bool have_forward_ = false;
-  // Arguments of the job in flight (read by run_one on the device threads).
-  Job job_ = Job::kForward;
-  const Tensor *job_input_ = nullptr, *job_target_ = nullptr, *job_grad_ = nullptr;
 };
 
 }  // namespace dp

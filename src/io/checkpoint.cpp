@@ -43,8 +43,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 void add_model_tensors(const Model& m, std::vector<StOut>& out) {
-  for (const NamedTensor& p : m.param_info) out.push_back({p.name, "F32", dims(p.shape), m.params.data() + p.offset});
-  for (const NamedTensor& b : m.buffer_info) out.push_back({b.name, "F32", dims(b.shape), m.buffers.data() + b.offset});
+  const float* params = m.params().data();  // the newest values
+  const float* buffers = m.buffers().data();
+  for (const NamedTensor& p : m.param_info) out.push_back({p.name, "F32", dims(p.shape), params + p.offset});
+  for (const NamedTensor& b : m.buffer_info) out.push_back({b.name, "F32", dims(b.shape), buffers + b.offset});
 }
 
 // Copies tensor e of f into dst + nt.offset after checking it is nt's dtype and shape.
@@ -65,9 +67,8 @@ struct Staged {
 };
 
 void stage_model(const StFile& f, const Model& m, bool require_buffers, Staged& s) {
-  m.pull();  // entries a file lacks keep the newest values
-  s.params = m.params;
-  s.buffers = m.buffers;
+  s.params = m.params();  // entries a file lacks keep the newest values
+  s.buffers = m.buffers();
   std::vector<std::string> missing;
   for (const NamedTensor& p : m.param_info) {
     const StEntry* e = f.find(p.name);
@@ -127,7 +128,6 @@ json parse_model_json(const std::string& text) { return json::parse(text, nullpt
 }  // namespace
 
 void save_weights(const Model& model, const std::string& path) {
-  model.pull();
   std::vector<StOut> tensors;
   add_model_tensors(model, tensors);
   write_safetensors(path, tensors, {});
@@ -140,15 +140,13 @@ void load_weights(Model& model, const std::string& path) {
   // A checkpoint loads as weights: its optimizer state is not the model's.
   const std::string* format = meta(f, "format");
   check_all_used(f, s, format && *format == kFormat);
-  std::copy(s.params.begin(), s.params.end(), model.params.begin());
-  std::copy(s.buffers.begin(), s.buffers.end(), model.buffers.begin());
-  model.host_written();
+  std::copy(s.params.begin(), s.params.end(), model.mutable_params().begin());
+  std::copy(s.buffers.begin(), s.buffers.end(), model.mutable_buffers().begin());
 }
 
 void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, const LoaderPosition* loader,
                      const char* user_metadata) {
   const Model& m = group.model();
-  m.pull();
   if (opt) group.optimizer_to_host(*opt);
   std::vector<std::pair<std::string, std::string>> metadata = {
       {"format", kFormat}, {"model", m.description}, {"group_step", std::to_string(group.step())}};
@@ -180,9 +178,9 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
   add_model_tensors(m, tensors);
   if (opt) {
     for (const auto& st : opt->state()) {
-      if (st.second->size() != m.params.size())
+      if (static_cast<int64_t>(st.second->size()) != m.num_params())
         fail(DP_ERR_INTERNAL, "optimizer state '" + st.first + "' has " + std::to_string(st.second->size()) +
-                                  " floats, the model " + std::to_string(m.params.size()) + " parameters");
+                                  " floats, the model " + std::to_string(m.num_params()) + " parameters");
       for (const NamedTensor& p : m.param_info)
         tensors.push_back({"optimizer." + st.first + "." + p.name, "F32", dims(p.shape), st.second->data() + p.offset});
     }
@@ -240,7 +238,7 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
     std::vector<std::string> missing;
     for (const auto& st : state) {
       s.opt_state.emplace_back(st.second->size());
-      if (st.second->size() != m.params.size())
+      if (static_cast<int64_t>(st.second->size()) != m.num_params())
         fail(DP_ERR_INTERNAL, "optimizer state '" + st.first + "' does not match the model's parameters");
       for (const NamedTensor& p : m.param_info) {
         std::string name = "optimizer." + st.first + "." + p.name;
@@ -261,10 +259,9 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   // All checked: the loader first (the one step that can still fail), then
   // copies that cannot.
   if (seek) (*seek)(pos);
-  std::copy(s.params.begin(), s.params.end(), m.params.begin());
-  std::copy(s.buffers.begin(), s.buffers.end(), m.buffers.begin());
+  std::copy(s.params.begin(), s.params.end(), m.mutable_params().begin());
+  std::copy(s.buffers.begin(), s.buffers.end(), m.mutable_buffers().begin());
   for (size_t i = 0; i < state.size(); ++i) std::copy(s.opt_state[i].begin(), s.opt_state[i].end(), state[i].second->begin());
-  m.host_written();
   if (opt) {
     opt->steps = opt_steps;
     ++opt->host_version;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends/cpu/blas.h"
+#include "core/blas.h"
 #include "layers/builtin.h"
 #include "layers/conv2d.h"
 #include "layers/util.h"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/workers.h"
-#include "model/args.h"
+#include "core/workers.h"
+#include "core/args.h"
 #include "tensor/tensor.h"
 
 namespace dp {

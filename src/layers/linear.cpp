@@ -1,7 +1,7 @@
 // y = x W^T + b over the last dim of the input.
 #include <cmath>
 
-#include "backends/cpu/blas.h"
+#include "core/blas.h"
 #include "layers/builtin.h"
 #include "layers/linear.h"
 #include "layers/util.h"

@@ -164,28 +164,28 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   // Flat parameter and buffer arrays, initialised from the seed: parameter k
   // draws from its own stream, so adding a layer never shifts the others.
   for (auto& node : model->nodes) {
-    node.param_offset = static_cast<int64_t>(model->params.size());
+    node.param_offset = static_cast<int64_t>(model->params_.size());
     for (const TensorSpec& s : node.layer->params()) {
-      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->params.size())};
-      model->params.resize(model->params.size() + s.shape.numel());
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->params_.size())};
+      model->params_.resize(model->params_.size() + s.shape.numel());
       uint64_t key = hash_keys(model->seed, 0x9a5a, model->param_info.size());
-      init_tensor(model->params.data() + nt.offset, s.shape.numel(), s.init, key);
+      init_tensor(model->params_.data() + nt.offset, s.shape.numel(), s.init, key);
       model->param_info.push_back(nt);
     }
-    node.param_count = static_cast<int64_t>(model->params.size()) - node.param_offset;
-    node.buffer_offset = static_cast<int64_t>(model->buffers.size());
+    node.param_count = static_cast<int64_t>(model->params_.size()) - node.param_offset;
+    node.buffer_offset = static_cast<int64_t>(model->buffers_.size());
     for (const TensorSpec& s : node.layer->buffers()) {
-      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->buffers.size())};
-      model->buffers.resize(model->buffers.size() + s.shape.numel());
-      init_tensor(model->buffers.data() + nt.offset, s.shape.numel(), s.init, 0);
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->buffers_.size())};
+      model->buffers_.resize(model->buffers_.size() + s.shape.numel());
+      init_tensor(model->buffers_.data() + nt.offset, s.shape.numel(), s.init, 0);
       model->buffer_info.push_back(nt);
     }
-    node.buffer_count = static_cast<int64_t>(model->buffers.size()) - node.buffer_offset;
+    node.buffer_count = static_cast<int64_t>(model->buffers_.size()) - node.buffer_offset;
     node.stats_offset = model->stats_total;
     node.stats_count = node.layer->stats_size();
     model->stats_total += node.stats_count;
   }
-  model->grads.assign(model->params.size(), 0.0f);
+  model->grads_.assign(model->params_.size(), 0.0f);
 
   if (doc.contains("loss")) {
     Args args(doc["loss"], "/loss");
@@ -210,5 +210,9 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   top.finish("a model");
   return model;
 }
+
+std::vector<float>& DeviceCopy::host_params(Model& m) { return m.params_; }
+std::vector<float>& DeviceCopy::host_grads(Model& m) { return m.grads_; }
+std::vector<float>& DeviceCopy::host_buffers(Model& m) { return m.buffers_; }
 
 }  // namespace dp

@@ -28,13 +28,22 @@ struct NamedTensor {
   int64_t offset = 0;  // in the flat array
 };
 
-// A copy of the model's arrays on devices (a GPU group's): the host arrays
-// are brought up to date before the host reads them.
+class Model;
+
+// A copy of the model's arrays on devices (a GPU engine): the model asks it
+// for the newest values before the host reads them, and counts the host's
+// writes (Model::host_version) for it to compare before it runs. It alone
+// reaches the host arrays without either.
 class DeviceCopy {
  public:
   virtual ~DeviceCopy() = default;
   // Copies parameters and gradients to the host if the devices hold newer ones.
   virtual void to_host() = 0;
+
+ protected:
+  static std::vector<float>& host_params(Model& m);
+  static std::vector<float>& host_grads(Model& m);
+  static std::vector<float>& host_buffers(Model& m);
 };
 
 class Model {
@@ -56,21 +65,52 @@ class Model {
   dp_dtype target_dtype = DP_I64;
   std::string description;  // the JSON text, as given
 
-  std::vector<float> params, grads, buffers;
   std::vector<NamedTensor> param_info, buffer_info;
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
 
   const Shape& output_shape() const { return nodes.back().out_shape; }
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+  int64_t num_buffers() const { return static_cast<int64_t>(buffers_.size()); }
 
-  // Before the host reads params, grads or buffers: the newest values.
-  void pull() const {
-    if (device_copy) device_copy->to_host();
+  // The flat arrays, on the host. Reading parameters or gradients returns
+  // the newest values (copied back first from the device copy that trained
+  // last, if any); writing them also marks every device copy stale, so that
+  // it reloads them before it runs. Buffers (running statistics) are merged
+  // on the host, so the host's are always the newest; writing them marks the
+  // devices' buffers stale. Sizes never change: pointers stay valid.
+  const std::vector<float>& params() const { return synced(params_); }
+  const std::vector<float>& grads() const { return synced(grads_); }
+  const std::vector<float>& buffers() const { return buffers_; }
+  std::vector<float>& mutable_params() { return written(params_); }
+  std::vector<float>& mutable_grads() { return written(grads_); }
+  std::vector<float>& mutable_buffers() {
+    ++buffers_version_;
+    return buffers_;
   }
-  // After the host writes params or buffers: device copies reload them.
-  void host_written() { ++host_version; }
 
-  DeviceCopy* device_copy = nullptr;  // the GPU group that trains this model, if any
-  uint64_t host_version = 0;
+  // Bumped by every write through the accessors above: a device copy
+  // compares them with the versions it last loaded.
+  uint64_t host_version() const { return host_version_; }
+  uint64_t buffers_version() const { return buffers_version_; }
+  // The device copy that mirrors this model (one at a time; null: none).
+  void set_device_copy(DeviceCopy* copy) { device_copy_ = copy; }
+  DeviceCopy* device_copy() const { return device_copy_; }
+
+ private:
+  friend class DeviceCopy;
+  const std::vector<float>& synced(const std::vector<float>& v) const {
+    if (device_copy_) device_copy_->to_host();
+    return v;
+  }
+  std::vector<float>& written(std::vector<float>& v) {
+    synced(v);
+    ++host_version_;
+    return v;
+  }
+
+  std::vector<float> params_, grads_, buffers_;
+  DeviceCopy* device_copy_ = nullptr;
+  uint64_t host_version_ = 0, buffers_version_ = 0;
 };
 
 }  // namespace dp

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/args.h"
+#include "core/args.h"
 #include "optim/rules.h"
 
 namespace dp {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/workers.h"
+#include "core/workers.h"
 #include "optim/rules.h"
 
 namespace dp {

@@ -1,7 +1,7 @@
 // This build of dp has no CUDA backend (meson option cuda, or no toolkit).
-#include "backends/cuda/device.h"
 #include "core/error.h"
-#include "group/engine.h"
+#include "engine/devices.h"
+#include "engine/engine.h"
 
 namespace dp {
 
@@ -17,7 +17,7 @@ std::string cuda_device_name(int) { fail(DP_ERR_DEVICE, kWhy); }
 
 Allocator* cuda_pinned_allocator() { fail(DP_ERR_DEVICE, std::string("pinned memory: ") + kWhy); }
 
-std::unique_ptr<DeviceEngine> make_cuda_engine(Model&, const std::vector<int>& ordinals, Workers*) {
+std::unique_ptr<Engine> make_cuda_engine(Model&, const std::vector<int>& ordinals) {
   fail(DP_ERR_DEVICE, "device 'cuda:" + std::to_string(ordinals.at(0)) + "': " + kWhy);
 }
 

@@ -1,26 +1,10 @@
-// CUDA devices: what is there, and the per-device and per-replica resources.
-// Declared without CUDA types where the rest of dp (group, C API, CLI) needs
-// them; absent.cpp implements the first two when the build has no CUDA.
+// CUDA devices: the per-device and per-replica resources of the backend.
+// The queries the rest of dp needs (device count and name, pinned memory)
+// are declared in engine/devices.h.
 #pragma once
 #include <memory>
-#include <string>
 
-namespace dp {
-
-// GPUs this process can use; 0 with *why saying why there are none (no CUDA
-// backend in this build, no driver, no device visible).
-int cuda_device_count(std::string* why);
-
-// "NVIDIA H200, 139.8 GiB, compute capability 9.0"; throws DP_ERR_DEVICE.
-std::string cuda_device_name(int device);
-
-class Allocator;
-// Page-locked host memory (cudaHostAlloc), for tensors that GPUs copy from
-// asynchronously and without a staging copy (PyTorch's pin_memory). Throws
-// DP_ERR_DEVICE with the reason when there is no usable GPU.
-Allocator* cuda_pinned_allocator();
-
-}  // namespace dp
+#include "engine/devices.h"
 
 #ifdef DP_HAVE_CUDA
 #include "backends/cuda/cuda.h"

@@ -3,8 +3,8 @@
 // across steps and only grows, so a step at a batch size seen before allocates
 // nothing. The graph walk (which layer runs, where gradients of shared inputs
 // are summed) is the same on every device; an Executor says how a layer runs
-// on this one: on the CPU, the Layer itself; on a GPU, its CUDA op
-// (backends/cuda/replica.cpp).
+// on this one: on the CPU, the Layer itself (backends/cpu/engine.cpp); on a
+// GPU, its CUDA op (backends/cuda/replica.cpp).
 #pragma once
 #include <memory>
 #include <vector>
@@ -28,11 +28,9 @@ class Executor {
 
 class Replica {
  public:
-  // A CPU replica: layers run on `threads` intra-op workers, and read the
-  // model's own parameters and buffers (shared by all CPU replicas).
-  Replica(const Model& model, int threads);
   // A replica whose layers run through `exec`, with every tensor from
-  // `alloc`; set_weights() says where its parameters and buffers are.
+  // `alloc` (null: host memory); set_weights() says where its parameters
+  // and buffers are.
   Replica(const Model& model, Executor* exec, Allocator* alloc);
 
   void set_weights(const float* params, const float* buffers) {
@@ -45,27 +43,16 @@ class Replica {
   // Back-propagates `grad_output` (rows of the output's gradient) and writes
   // this replica's parameter gradients into grads() (overwritten, not added).
   void backward(const RunCtx& ctx, const Tensor& grad_output);
-  // CPU only: the model's loss on the last forward (this replica's share of
-  // the batch loss; d(loss)/d(output) in loss_grad()), and the rows whose
-  // arg-max equals the class target.
-  double loss(const RunCtx& ctx, const Tensor& target);
-  int64_t correct(const Tensor& target) const;
-
   const Tensor& output() const { return acts_.back(); }
   Tensor& loss_grad() { return loss_grad_; }
   float* grads() { return grads_.f32(); }
   float* stats(const Node& n) { return all_stats() + n.stats_offset; }
   float* all_stats() { return stats_.f32(); }  // every layer's, model.stats_total floats
-  Workers* pool() { return pool_.get(); }
-
  private:
-  void init(Allocator* alloc);
   // Points io_ at node k's tensors (io_ is reused: no allocation per layer).
   void io_for(size_t k);
 
   const Model& model_;
-  std::unique_ptr<Workers> pool_;            // CPU replicas
-  std::unique_ptr<Executor> cpu_exec_;       // CPU replicas: runs the Layer objects
   Executor* exec_ = nullptr;
   const float* params_ = nullptr;
   const float* buffers_ = nullptr;

@@ -1,4 +1,4 @@
-#include "backends/cpu/workers.h"
+#include "core/workers.h"
 
 namespace dp {
 

@@ -1,4 +1,4 @@
-#include "model/args.h"
+#include "core/args.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "backends/cpu/workers.h"
+#include "core/workers.h"
 
 namespace dp {
 

@@ -1,4 +1,4 @@
-#include "backends/cpu/blas.h"
+#include "core/blas.h"
 
 #include <cblas.h>
 

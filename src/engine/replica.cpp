@@ -1,35 +1,8 @@
-#include "group/replica.h"
-
-#include <cstring>
+#include "engine/replica.h"
 
 namespace dp {
 
-namespace {
-class CpuExecutor final : public Executor {
- public:
-  explicit CpuExecutor(const Model& m) : model_(m) {}
-  void forward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->forward(ctx, io); }
-  void backward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->backward(ctx, io); }
-  void add(float* dst, const float* src, int64_t n) override {
-    for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
-  }
-  void zero(float* dst, int64_t n) override { std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float)); }
-
- private:
-  const Model& model_;
-};
-}  // namespace
-
-Replica::Replica(const Model& model, int threads)
-    : model_(model), pool_(std::make_unique<Workers>(threads)), cpu_exec_(std::make_unique<CpuExecutor>(model)) {
-  exec_ = cpu_exec_.get();
-  init(nullptr);
-  set_weights(model.params.data(), model.buffers.data());
-}
-
-Replica::Replica(const Model& model, Executor* exec, Allocator* alloc) : model_(model), exec_(exec) { init(alloc); }
-
-void Replica::init(Allocator* alloc) {
+Replica::Replica(const Model& model, Executor* exec, Allocator* alloc) : model_(model), exec_(exec) {
   const size_t n = model_.nodes.size();
   for (size_t k = 0; k < n; ++k) {
     acts_.emplace_back(alloc);
@@ -41,7 +14,7 @@ void Replica::init(Allocator* alloc) {
   grads_ = Tensor(alloc);
   stats_ = Tensor(alloc);
   loss_grad_ = Tensor(alloc);
-  grads_.resize(DP_F32, Shape{static_cast<int64_t>(model_.params.size())});
+  grads_.resize(DP_F32, Shape{static_cast<int64_t>(model_.num_params())});
   stats_.resize(DP_F32, Shape{model_.stats_total});
   exec_->zero(grads_.f32(), grads_.numel());
   size_t max_inputs = 1;
@@ -115,24 +88,6 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
     }
     exec_->backward_done(k);
   }
-}
-
-double Replica::loss(const RunCtx& ctx, const Tensor& target) {
-  return model_.loss->forward_backward(ctx, acts_.back(), target, &loss_grad_);
-}
-
-int64_t Replica::correct(const Tensor& target) const {
-  const Tensor& out = acts_.back();
-  if (target.dtype() != DP_I64 || out.shape().ndim != 2) return 0;
-  int64_t rows = out.shape()[0], classes = out.shape()[1], hits = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = out.f32() + r * classes;
-    int64_t best = 0;
-    for (int64_t c = 1; c < classes; ++c)
-      if (x[c] > x[best]) best = c;
-    hits += best == target.i64()[r];
-  }
-  return hits;
 }
 
 }  // namespace dp

@@ -1,0 +1,252 @@
+"""Datasets (IDX, CIFAR-10, arrays, Python callbacks; FashionMNIST) and the
+DataLoader that batches them on worker threads."""
+import atexit
+import ctypes
+import json as _json
+import math
+import os
+import sys
+import weakref
+
+from . import _lib
+from ._context import _ctx
+from ._errors import Error, _check
+from ._tensor import _CODES, _dtype_name, zeros
+from ._util import _destroy, _json_text, _np, _path, _shape_in, _shape_out
+
+
+def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
+    np = _np()
+    n_in = math.prod(sample_shape)
+    n_t = math.prod(target_shape)
+
+    def get_item(user, index, inp, tgt, err, cap):
+        try:
+            x, y = fn(index)
+            xa = np.ascontiguousarray(x, dtype=np.float32)
+            if xa.size != n_in:
+                raise ValueError(f'input has {xa.size} values, the sample shape {list(sample_shape)} {n_in}')
+            ctypes.memmove(inp, xa.ctypes.data, n_in * 4)
+            if target_dtype == 'int64':
+                ctypes.c_int64.from_address(tgt).value = int(y)
+            else:
+                ya = np.ascontiguousarray(y, dtype=np.float32)
+                if ya.size != n_t:
+                    raise ValueError(f'target has {ya.size} values, the target shape {list(target_shape)} {n_t}')
+                ctypes.memmove(tgt, ya.ctypes.data, n_t * 4)
+            return 0
+        except BaseException as e:  # noqa: B902 (reported through the batch, as PyTorch does)
+            msg = f'{type(e).__name__}: {e}'.encode('utf-8', 'replace')[:max(int(cap) - 1, 0)]
+            if cap:
+                ctypes.memmove(err, msg + b'\0', len(msg) + 1)
+            return 1
+    return get_item
+
+
+class Dataset:
+    """Samples of a float32 input of fixed shape and a target (an int64
+    class index, or float32 values). Make one with from_idx, from_cifar10,
+    from_arrays or from_callback; FashionMNIST() opens Debian's copy."""
+
+    def __init__(self, *a, **k):
+        raise TypeError('use Dataset.from_idx, from_cifar10, from_arrays or from_callback')
+
+    @classmethod
+    def _wrap(cls, h, ctx, keep=()):
+        d = object.__new__(cls)
+        d._h, d._ctx, d._keep = h, ctx, keep
+        return d
+
+    def __del__(self):
+        _destroy(self, _lib.dataset_destroy if _lib else None)
+
+    @classmethod
+    def from_idx(cls, images, labels, ctx=None):
+        """IDX files (MNIST, Fashion-MNIST), gzip-compressed or not."""
+        c = _ctx(ctx)
+        h = ctypes.c_void_p()
+        _check(_lib.dataset_from_idx(c._h, _path(images), _path(labels), ctypes.byref(h)))
+        return cls._wrap(h, c)
+
+    @classmethod
+    def from_cifar10(cls, paths, ctx=None):
+        c = _ctx(ctx)
+        arr = (ctypes.c_char_p * len(paths))(*[_path(p) for p in paths])
+        h = ctypes.c_void_p()
+        _check(_lib.dataset_from_cifar10(c._h, arr, len(paths), ctypes.byref(h)))
+        return cls._wrap(h, c)
+
+    @classmethod
+    def from_arrays(cls, inputs, targets, borrow=True, ctx=None):
+        """inputs [N, ...] (float32), targets [N] int class indices or [N, ...]
+        float32. borrow=True (where the arrays allow) reads them in place; the
+        dataset keeps them alive. Otherwise dp copies them."""
+        np = _np()
+        c = _ctx(ctx)
+        x = np.asarray(inputs)
+        y = np.asarray(targets)
+        if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
+            raise ValueError(f'inputs and targets need the same first dimension, got {x.shape} and {y.shape}')
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        tdtype = 'int64' if y.dtype.kind in 'iub' else 'float32'
+        y = np.ascontiguousarray(y, dtype=tdtype)
+        nd, shp = _shape_in(x.shape[1:])
+        tnd, tshp = _shape_in(y.shape[1:])
+        h = ctypes.c_void_p()
+        _check(_lib.dataset_from_arrays(c._h, x.ctypes.data if x.size else None, nd, shp, len(x), _CODES[tdtype],
+                                        y.ctypes.data if y.size else None, tnd, tshp, 1 if borrow else 0,
+                                        ctypes.byref(h)))
+        return cls._wrap(h, c, keep=(x, y) if borrow else ())
+
+    @classmethod
+    def from_callback(cls, get_item, length, sample_shape, target_shape=(), target_dtype='int64', ctx=None):
+        """A dataset of the caller's: get_item(index) -> (input, target), as a
+        map-style torch Dataset's __getitem__. It runs on the loader's worker
+        threads (holding the GIL, so Python callbacks do not run in parallel:
+        num_workers > 0 still overlaps them with training); an exception fails
+        that batch with its message, as PyTorch does."""
+        c = _ctx(ctx)
+        target_dtype = _dtype_name(target_dtype)
+        fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(sample_shape), target_dtype, tuple(target_shape)))
+        cb = _lib.DatasetCallbacks(ctypes.sizeof(_lib.DatasetCallbacks), None, int(length), fn, _lib.RELEASE_FN())
+        nd, shp = _shape_in(sample_shape)
+        tnd, tshp = _shape_in(target_shape)
+        h = ctypes.c_void_p()
+        _check(_lib.dataset_from_callbacks(c._h, ctypes.byref(cb), nd, shp, _CODES[target_dtype], tnd, tshp,
+                                           ctypes.byref(h)))
+        return cls._wrap(h, c, keep=(fn, get_item))
+
+    def __len__(self):
+        n = ctypes.c_int64()
+        _check(_lib.dataset_length(self._h, ctypes.byref(n)))
+        return n.value
+
+    @property
+    def sample_shape(self):
+        return _shape_out(_lib.dataset_sample_shape, self._h)
+
+    def set_transform(self, spec):
+        """{"random_crop": {"size": 32, "padding": 4}, "horizontal_flip": 0.5,
+        "normalize": {"mean": [...], "std": [...]}} (dict or JSON)."""
+        _check(_lib.dataset_set_transform(self._h, _json_text(spec).encode()))
+        return self
+
+
+FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+FASHION_MNIST_NORMALIZE = {'normalize': {'mean': [0.2860], 'std': [0.3530]}}
+
+
+def FashionMNIST(root=FASHION_MNIST_DIR, train=True, normalize=True, ctx=None):
+    """Fashion-MNIST from its IDX files (Debian's dataset-fashion-mnist by
+    default), normalised as `dp train --data fashion-mnist` does."""
+    prefix = 'train' if train else 't10k'
+    ds = Dataset.from_idx(os.path.join(root, f'{prefix}-images-idx3-ubyte.gz'),
+                          os.path.join(root, f'{prefix}-labels-idx1-ubyte.gz'), ctx=ctx)
+    return ds.set_transform(FASHION_MNIST_NORMALIZE) if normalize else ds
+
+
+_loaders = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_loaders():
+    # Worker threads must not call Python callbacks while the interpreter
+    # shuts down: destroy (join) every loader first.
+    for ld in list(_loaders):
+        ld.close()
+
+
+class DataLoader:
+    """Shuffled batches assembled ahead by worker threads, with PyTorch's
+    names and defaults. Iterating runs one epoch and yields (x, y) dp
+    tensors: x float32 [rows, ...], y the targets. The loader reuses the two
+    tensors it yields for the next batch unless they are still referenced
+    beyond the loop variables or viewed (numpy(), __dlpack__), in which case
+    it fills new ones; reuse_buffers=False always yields new tensors.
+    The order of an epoch is a pure function of (seed, epoch)."""
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, num_workers=0, prefetch=2, seed=0,
+                 reuse_buffers=True):
+        cfg = {'batch_size': batch_size, 'shuffle': bool(shuffle), 'drop_last': bool(drop_last),
+               'num_workers': num_workers, 'prefetch': prefetch, 'seed': seed}
+        h = ctypes.c_void_p()
+        _check(_lib.loader_create(dataset._h, _json.dumps(cfg).encode(), ctypes.byref(h)))
+        self._h, self.dataset, self._ctx = h, dataset, dataset._ctx
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self._reuse = reuse_buffers
+        self._x = self._y = None
+        self._abandoned = False
+        _loaders.add(self)
+
+    def close(self):
+        """Stops the worker threads and frees the loader (also done when it is
+        garbage-collected)."""
+        _destroy(self, _lib.loader_destroy if _lib else None)
+
+    def __del__(self):
+        self.close()
+
+    def __len__(self):
+        n = ctypes.c_int64()
+        _check(_lib.loader_num_batches(self._h, ctypes.byref(n)))
+        return n.value
+
+    @property
+    def position(self):
+        """(epoch, index of the next batch)."""
+        e, b = ctypes.c_int64(), ctypes.c_int64()
+        _check(_lib.loader_position(self._h, ctypes.byref(e), ctypes.byref(b)))
+        return e.value, b.value
+
+    def seek(self, epoch, batch=0):
+        _check(_lib.loader_seek(self._h, int(epoch), int(batch)))
+        self._abandoned = False
+
+    def _fresh(self):
+        # dp_loader_next sets shape and dtype; it swaps storage with its own.
+        return zeros((0,), 'float32', self._ctx), zeros((0,), 'int64', self._ctx)
+
+    def _reusable(self, x, y):
+        # x and y are referenced here (next_batch's local, this parameter,
+        # getrefcount's argument) and, in a for loop, by the caller's loop
+        # variables: anything more means the caller kept them, so they are
+        # not refilled under it.
+        if x is None or not self._reuse or x._exports or y._exports:
+            return False
+        refs = getattr(sys, 'getrefcount', None)
+        return refs is not None and refs(x) <= 4 and refs(y) <= 4
+
+    def next_batch(self):
+        """The next batch as (x, y), or None at the end of an epoch (the next
+        call starts the next epoch): dp_loader_next without iteration."""
+        x, y, self._x, self._y = self._x, self._y, None, None
+        if not self._reusable(x, y):
+            x, y = self._fresh()
+        rows = ctypes.c_int64()
+        _check(_lib.loader_next(self._h, x._h, y._h, ctypes.byref(rows)))
+        self._x, self._y = x, y
+        return (x, y) if rows.value else None
+
+    def __iter__(self):
+        if self._h is None:
+            raise ValueError('the loader is closed')
+        epoch, batch = self.position
+        if batch >= len(self) or (self._abandoned and batch > 0):
+            # A finished epoch (a checkpoint saved at its end) or an iteration
+            # broken off: start the next epoch, as a new DataLoader iterator does.
+            self.seek(epoch + 1, 0)
+        return self._epoch()
+
+    def _epoch(self):
+        self._abandoned = True
+        try:
+            while True:
+                b = self.next_batch()
+                if b is None:
+                    break
+                yield b
+                del b
+        except Error:
+            self._abandoned = False  # a failed batch is skipped; iterating again continues the epoch
+            raise
+        self._abandoned = False

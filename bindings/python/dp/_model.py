@@ -1,0 +1,232 @@
+"""Models (dp.Model, from JSON) and the data-parallel groups that train them
+on a list of devices (dp.DataParallel, alias dp.Group)."""
+import ctypes
+import math
+import os
+
+from . import _lib
+from ._context import _ctx, device_count
+from ._errors import _check
+from ._tensor import Tensor, as_tensor, tensor
+from ._util import _destroy, _json_text, _np, _np_or_none, _path, _shape_out
+
+
+def _is_json_text(s):
+    return isinstance(s, (str, bytes)) and s.lstrip()[:1] in ('{', b'{')
+
+
+class Model:
+    """A model built from JSON (docs/model-format.md): a dict, JSON text, or
+    a file path (str or os.PathLike; plugin paths in it are relative to it)."""
+
+    def __init__(self, spec, ctx=None):
+        c = _ctx(ctx)
+        h = ctypes.c_void_p()
+        if isinstance(spec, (dict, list)) or _is_json_text(spec):
+            _check(_lib.model_from_json(c._h, _json_text(spec).encode(), ctypes.byref(h)))
+        else:
+            _check(_lib.model_from_file(c._h, _path(spec), ctypes.byref(h)))
+        self._h, self._ctx = h, c
+
+    @classmethod
+    def from_json(cls, text, ctx=None):
+        m = object.__new__(cls)
+        c = _ctx(ctx)
+        h = ctypes.c_void_p()
+        _check(_lib.model_from_json(c._h, _json_text(text).encode(), ctypes.byref(h)))
+        m._h, m._ctx = h, c
+        return m
+
+    @classmethod
+    def from_file(cls, path, ctx=None):
+        m = object.__new__(cls)
+        c = _ctx(ctx)
+        h = ctypes.c_void_p()
+        _check(_lib.model_from_file(c._h, _path(path), ctypes.byref(h)))
+        m._h, m._ctx = h, c
+        return m
+
+    def __del__(self):
+        _destroy(self, _lib.model_destroy if _lib else None)
+
+    @property
+    def num_parameters(self):
+        n = ctypes.c_int64()
+        _check(_lib.model_num_parameters(self._h, ctypes.byref(n)))
+        return n.value
+
+    def parameters(self):
+        """All parameters (float32, declaration order) as one flat array (a copy)."""
+        np = _np()
+        out = np.empty(self.num_parameters, np.float32)
+        _check(_lib.model_copy_parameters(self._h, out.ctypes.data, out.size))
+        return out
+
+    def set_parameters(self, values):
+        np = _np()
+        a = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        _check(_lib.model_set_parameters(self._h, a.ctypes.data, a.size))
+
+    def gradients(self):
+        np = _np()
+        out = np.empty(self.num_parameters, np.float32)
+        _check(_lib.model_copy_gradients(self._h, out.ctypes.data, out.size))
+        return out
+
+    def buffers(self):
+        """Buffers (batch-norm running statistics) as one flat array (a copy)."""
+        np = _np()
+        n = ctypes.c_int64()
+        _check(_lib.model_num_buffers(self._h, ctypes.byref(n)))
+        out = np.empty(n.value, np.float32)
+        _check(_lib.model_copy_buffers(self._h, out.ctypes.data if n.value else None, out.size))
+        return out
+
+    def parameter_info(self):
+        """[(name, shape)] as nn.Sequential names them ("0.weight")."""
+        n = ctypes.c_int()
+        _check(_lib.model_num_parameter_tensors(self._h, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            name, nd = ctypes.c_char_p(), ctypes.c_int()
+            shp = (ctypes.c_int64 * _lib.MAX_DIMS)()
+            _check(_lib.model_parameter_info(self._h, i, ctypes.byref(name), ctypes.byref(nd), shp))
+            out.append((name.value.decode(), tuple(shp[:nd.value])))
+        return out
+
+    def named_parameters(self):
+        """{name: array} (copies), in declaration order."""
+        flat, out, at = self.parameters(), {}, 0
+        for name, shape in self.parameter_info():
+            n = math.prod(shape)
+            out[name] = flat[at:at + n].reshape(shape)
+            at += n
+        return out
+
+    @property
+    def input_shape(self):
+        return _shape_out(_lib.model_input_shape, self._h)
+
+    @property
+    def output_shape(self):
+        return _shape_out(_lib.model_output_shape, self._h)
+
+    def load_safetensors(self, path):
+        _check(_lib.model_load_safetensors(self._h, _path(path)))
+
+    def save_safetensors(self, path):
+        _check(_lib.model_save_safetensors(self._h, _path(path)))
+
+
+def _devices(devices):
+    if devices is None or devices == 'auto':  # every GPU when there is one, as nn.DataParallel
+        gpus = device_count('cuda')
+        if gpus:
+            return ','.join(f'cuda:{i}' for i in range(gpus))
+        return ','.join(f'cpu:{i}' for i in range(os.cpu_count() or 1))
+    if isinstance(devices, int):
+        return ','.join(f'cpu:{i}' for i in range(devices))
+    if not isinstance(devices, str):
+        return ','.join(str(d) for d in devices)
+    return devices
+
+
+class DataParallel:
+    """nn.DataParallel over a list of devices: "auto" (one CPU device per
+    core), "cpu:0,cpu:1", a list of names, or a count. Calling it runs the
+    forward pass (scatter, parallel replicas, gather)."""
+
+    def __init__(self, model, devices='auto'):
+        if not isinstance(model, Model):
+            model = Model(model)
+        h = ctypes.c_void_p()
+        _check(_lib.group_create(model._h, _devices(devices).encode(), ctypes.byref(h)))
+        self._h, self.model, self._ctx = h, model, model._ctx
+        self.training = True
+
+    def __del__(self):
+        _destroy(self, _lib.group_destroy if _lib else None)
+
+    @property
+    def num_devices(self):
+        n = ctypes.c_int()
+        _check(_lib.group_num_devices(self._h, ctypes.byref(n)))
+        return n.value
+
+    def set_split(self, mode):
+        """"chunk" (torch.chunk's rule, the default) or "balanced"."""
+        _check(_lib.group_set_option(self._h, 0, {'chunk': 0, 'balanced': 1}[mode]))
+        return self
+
+    def set_threads_per_device(self, n):
+        _check(_lib.group_set_option(self._h, 1, int(n)))
+        return self
+
+    def set_allow_tf32(self, allow=True):
+        """Lets GPU matrix products and convolutions use TF32 (off by default)."""
+        _check(_lib.group_set_option(self._h, 2, 1 if allow else 0))
+        return self
+
+    def set_cudnn_benchmark(self, on=True):
+        """cuDNN times convolution algorithms once per shape (cudnn.benchmark)."""
+        _check(_lib.group_set_option(self._h, 3, 1 if on else 0))
+        return self
+
+    def train(self, mode=True):
+        _check(_lib.group_set_training(self._h, 1 if mode else 0))
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def forward(self, x):
+        xt = as_tensor(x, 'float32', ctx=self._ctx)
+        h = ctypes.c_void_p()
+        _check(_lib.group_forward(self._h, xt._h, ctypes.byref(h)))
+        return Tensor._wrap(h, self._ctx)
+
+    __call__ = forward
+
+    def backward(self, grad_output):
+        g = as_tensor(grad_output, 'float32', ctx=self._ctx)
+        _check(_lib.group_backward(self._h, g._h))
+
+    def zero_grad(self):
+        _check(_lib.group_zero_grad(self._h))
+
+    def last_split(self):
+        """The rows each device ran in the last forward or train step."""
+        sizes = (ctypes.c_int64 * 1024)()
+        n = ctypes.c_int()
+        _check(_lib.group_last_split(self._h, sizes, 1024, ctypes.byref(n)))
+        return list(sizes[:n.value])
+
+    def _target(self, y):
+        if isinstance(y, Tensor):
+            return y
+        np = _np_or_none()
+        if np is None:
+            return tensor(y, ctx=self._ctx)
+        a = np.asarray(y)
+        return as_tensor(a, 'int64' if a.dtype.kind in 'iub' else 'float32', ctx=self._ctx)
+
+    def train_step(self, optimizer, x, y):
+        """zero_grad, forward, the model's loss, backward, optimizer step; the
+        batch loss (a float). x float32 [B, ...]; y int64 class indices [B]
+        (cross_entropy) or float32 of the output's shape (mse)."""
+        loss = ctypes.c_float()
+        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        _check(_lib.group_train_step(self._h, optimizer._h, xt._h, yt._h, ctypes.byref(loss)))
+        return loss.value
+
+    def evaluate(self, x, y):
+        """(loss, correct): the model's loss without training, and the rows
+        whose arg-max is the target (cross_entropy)."""
+        loss, correct = ctypes.c_float(), ctypes.c_int64()
+        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        _check(_lib.group_evaluate(self._h, xt._h, yt._h, ctypes.byref(loss), ctypes.byref(correct)))
+        return loss.value, correct.value
+
+
+Group = DataParallel

@@ -1,0 +1,307 @@
+"""dp.Tensor and the ways to make one: copies (tensor, zeros) and views of
+the caller's memory (from_numpy, as_tensor, from_dlpack; DLPack's structs and
+capsules are in _dlpack.py)."""
+import ctypes
+import math
+import weakref
+
+from . import _dlpack
+from . import _lib
+from ._context import _ctx
+from ._errors import _check
+from ._util import _destroy, _np, _np_or_none, _shape_in, _shape_out
+
+HAVE_ZERO_COPY = not ({'dp_tensor_from_host_borrowed', 'dp_tensor_data'} & set(_lib.missing))
+
+_DTYPES = {0: 'float32', 1: 'int64'}
+_CODES = {'float32': 0, 'int64': 1}
+_TYPESTR = {'float32': '<f4', 'int64': '<i8'}
+_ITEMSIZE = {'float32': 4, 'int64': 8}
+
+
+def _dtype_name(dtype):
+    if dtype is None:
+        return None
+    if isinstance(dtype, int):
+        return _DTYPES[dtype]
+    name = getattr(dtype, 'name', None) or str(dtype)
+    if name in ('float32', 'float', 'f4', '<f4'):
+        return 'float32'
+    if name in ('int64', 'long', 'i8', '<i8'):
+        return 'int64'
+    try:
+        name = _np().dtype(dtype).name
+    except Exception:
+        pass
+    if name in _CODES:
+        return name
+    raise TypeError(f'dp tensors are float32 or int64, not {dtype!r}')
+
+
+class _Export:
+    """The base of a NumPy array viewing a dp tensor: keeps the tensor alive
+    and lets the tensor know it is viewed (weakly)."""
+    __slots__ = ('tensor', '_iface', '__weakref__')
+
+    def __init__(self, tensor, iface):
+        self.tensor = tensor
+        self._iface = iface
+
+    @property
+    def __array_interface__(self):
+        return self._iface
+
+
+class Tensor:
+    """A dense row-major host tensor (float32 or int64) owned by libdp, or a
+    borrowed view of the caller's memory (dp.from_numpy, dp.from_dlpack).
+
+    Make one with dp.tensor (copies), dp.from_numpy / dp.as_tensor / dp.from_dlpack
+    (view when possible) or dp.zeros."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError('make tensors with dp.tensor, dp.zeros, dp.from_numpy or dp.from_dlpack')
+
+    @classmethod
+    def _wrap(cls, handle, ctx, owner=None):
+        t = object.__new__(cls)
+        t._h = handle
+        t._ctx = ctx
+        t._owner = owner  # what a borrowed tensor views (kept alive with it)
+        t._exports = weakref.WeakSet()
+        return t
+
+    def __del__(self):
+        _destroy(self, _lib.tensor_destroy if _lib else None)
+
+    # -- metadata
+    @property
+    def shape(self):
+        return _shape_out(_lib.tensor_shape, self._h)
+
+    @property
+    def dtype(self):
+        d = ctypes.c_int()
+        _check(_lib.tensor_dtype(self._h, ctypes.byref(d)))
+        return _DTYPES[d.value]
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.size * _ITEMSIZE[self.dtype]
+
+    def __len__(self):
+        s = self.shape
+        if not s:
+            raise TypeError('len() of a 0-d tensor')
+        return s[0]
+
+    @property
+    def data_ptr(self):
+        """The address of the elements (dp_tensor_data), 0 when it has none."""
+        if not HAVE_ZERO_COPY:
+            raise NotImplementedError('this libdp has no dp_tensor_data (an older library of the same ABI)')
+        p = ctypes.c_void_p()
+        _check(_lib.tensor_data(self._h, ctypes.byref(p)))
+        return p.value or 0
+
+    def pin_memory(self):
+        """Moves the elements to page-locked memory (Tensor.pin_memory()): GPU
+        groups copy it up without a staging copy. Needs a usable GPU."""
+        _check(_lib.tensor_pin_memory(self._h))
+        return self
+
+    @property
+    def is_borrowed(self):
+        b = ctypes.c_int()
+        _check(_lib.tensor_is_borrowed(self._h, ctypes.byref(b)))
+        return bool(b.value)
+
+    def __repr__(self):
+        return f'dp.Tensor(shape={self.shape}, dtype={self.dtype}{", borrowed" if self.is_borrowed else ""})'
+
+    # -- NumPy out
+    def numpy(self, copy=False):
+        """A NumPy array of the contents: a view (no copy) that keeps this
+        tensor alive, or a copy with copy=True."""
+        np = _np()
+        shape, dtype = self.shape, self.dtype
+        if copy or not HAVE_ZERO_COPY:
+            out = np.empty(shape, dtype)
+            _check(_lib.tensor_copy_to_host(self._h, out.ctypes.data, out.nbytes))
+            return out
+        ptr = self.data_ptr
+        if not ptr or math.prod(shape) == 0:
+            return np.empty(shape, dtype)
+        iface = {'shape': shape, 'typestr': _TYPESTR[dtype], 'data': (ptr, False), 'version': 3, 'strides': None}
+        e = _Export(self, iface)
+        self._exports.add(e)
+        return np.asarray(e)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy(copy=bool(copy))
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def tolist(self):
+        return self.numpy(copy=True).tolist()
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(f'item() of a tensor of {self.size} elements')
+        return self.numpy(copy=True).reshape(()).item()
+
+    # -- in
+    def copy_(self, src):
+        """Overwrites the contents from an array of the same size and dtype
+        (dp_tensor_copy_from_host): no allocation."""
+        np = _np()
+        a = np.ascontiguousarray(src, dtype=self.dtype)
+        _check(_lib.tensor_copy_from_host(self._h, a.ctypes.data, a.nbytes))
+        return self
+
+    def clone(self):
+        """An owned copy."""
+        return tensor(self.numpy(copy=True), ctx=self._ctx)
+
+    # -- DLPack out
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream not in (None, -1):
+            raise BufferError('dp tensors are host memory: stream must be None')
+        if copy:
+            return self.clone().__dlpack__()
+        if dl_device is not None and tuple(dl_device) != (_dlpack.kDLCPU, 0):
+            raise BufferError(f'dp tensors are on the CPU, not on DLPack device {tuple(dl_device)}')
+        holder = _Export(self, None)  # counted as a view while a consumer holds it
+        self._exports.add(holder)
+        return _dlpack.export(holder, self.data_ptr, self.dtype, self.shape)
+
+    def __dlpack_device__(self):
+        return (_dlpack.kDLCPU, 0)
+
+
+def _flatten(data):
+    """Nested lists/tuples of numbers: (flat list, shape)."""
+    if isinstance(data, (list, tuple)):
+        parts = [_flatten(d) for d in data]
+        inner = parts[0][1] if parts else ()
+        if any(p[1] != inner for p in parts):
+            raise ValueError('dp.tensor: ragged nested sequence')
+        return [v for p in parts for v in p[0]], (len(parts),) + inner
+    return [data], ()
+
+
+def _tensor_from_sequence(data, dtype, ctx):
+    flat, shape = _flatten(data)
+    name = _dtype_name(dtype) or ('int64' if all(isinstance(v, int) for v in flat) and flat else 'float32')
+    buf = ((ctypes.c_float if name == 'float32' else ctypes.c_int64) * max(len(flat), 1))(*flat)
+    c = _ctx(ctx)
+    nd, shp = _shape_in(shape)
+    h = ctypes.c_void_p()
+    _check(_lib.tensor_from_host(c._h, _CODES[name], buf, nd, shp, ctypes.byref(h)))
+    return Tensor._wrap(h, c)
+
+
+def tensor(data, dtype=None, ctx=None):
+    """A new tensor holding a copy of data (anything numpy.asarray takes;
+    nested lists of numbers without NumPy); dtype float32 or int64, by default
+    float32 for floats, int64 for integers."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    np = _np_or_none()
+    if np is None:
+        return _tensor_from_sequence(data, dtype, ctx)
+    a = np.asarray(data)
+    name = _dtype_name(dtype) or ('int64' if a.dtype.kind in 'iub' else 'float32')
+    a = np.ascontiguousarray(a, dtype=name)
+    c = _ctx(ctx)
+    nd, shp = _shape_in(a.shape)
+    h = ctypes.c_void_p()
+    _check(_lib.tensor_from_host(c._h, _CODES[name], a.ctypes.data if a.size else None, nd, shp, ctypes.byref(h)))
+    return Tensor._wrap(h, c)
+
+
+def zeros(shape, dtype='float32', ctx=None):
+    """A new zero-filled tensor."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    c = _ctx(ctx)
+    nd, shp = _shape_in(shape)
+    h = ctypes.c_void_p()
+    _check(_lib.tensor_create(c._h, _CODES[_dtype_name(dtype)], nd, shp, ctypes.byref(h)))
+    return Tensor._wrap(h, c)
+
+
+def _viewable(a, np):
+    return (a.dtype in (np.float32, np.int64) and a.flags.c_contiguous and a.flags.aligned and a.flags.writeable
+            and a.dtype.byteorder in '=<|' and a.ctypes.data != 0)
+
+
+def from_numpy(array, ctx=None):
+    """A tensor viewing a NumPy array's memory (no copy; as torch.from_numpy):
+    writes through either show in the other. The tensor keeps the array
+    alive. The array must be float32 or int64, C-contiguous, aligned and
+    writeable (else TypeError / ValueError; dp.tensor copies instead). A
+    borrowed tensor cannot be resized: DataLoader never fills one."""
+    np = _np()
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f'dp.from_numpy takes a numpy.ndarray, not {type(array).__name__}')
+    if array.dtype not in (np.float32, np.int64):
+        raise TypeError(f'dp.from_numpy: dtype {array.dtype} is not float32 or int64 (dp.tensor converts, copying)')
+    if not _viewable(array, np):
+        raise ValueError('dp.from_numpy: the array is not C-contiguous, aligned, native-endian and writeable '
+                         '(dp.tensor copies it)')
+    if not HAVE_ZERO_COPY:
+        raise NotImplementedError('this libdp has no dp_tensor_from_host_borrowed (an older library of the same ABI)')
+    c = _ctx(ctx)
+    nd, shp = _shape_in(array.shape)
+    h = ctypes.c_void_p()
+    _check(_lib.tensor_from_host_borrowed(c._h, _CODES[array.dtype.name], array.ctypes.data, nd, shp, None, None,
+                                          ctypes.byref(h)))
+    return Tensor._wrap(h, c, owner=array)
+
+
+def as_tensor(x, dtype=None, ctx=None):
+    """x as a dp tensor without copying where possible: a dp Tensor as is, a
+    suitable NumPy array viewed (from_numpy), anything else copied."""
+    if isinstance(x, Tensor):
+        if dtype is not None and _dtype_name(dtype) != x.dtype:
+            return tensor(x.numpy(), dtype=dtype, ctx=ctx)
+        return x
+    np = _np_or_none()
+    if np is None:
+        return tensor(x, dtype=dtype, ctx=ctx)
+    if isinstance(x, np.ndarray) and HAVE_ZERO_COPY and _viewable(x, np) and (
+            dtype is None or _dtype_name(dtype) == x.dtype.name):
+        return from_numpy(x, ctx)
+    if dtype is None and isinstance(x, np.ndarray) and x.dtype.kind == 'f':
+        dtype = 'float32'
+    return tensor(x, dtype=dtype, ctx=ctx)
+
+
+def from_dlpack(x, ctx=None):
+    """A tensor viewing any DLPack producer's host memory (NumPy >= 1.22,
+    PyTorch, JAX, CuPy host arrays, dp tensors): no copy. The producer's memory
+    stays alive until the dp tensor is destroyed (then dp calls the producer's
+    deleter). float32 or int64, row-major contiguous, on the CPU; else
+    BufferError."""
+    if not HAVE_ZERO_COPY:
+        raise NotImplementedError('this libdp has no dp_tensor_from_host_borrowed (an older library of the same ABI)')
+    c = _ctx(ctx)
+    capsule, managed, dtype, shape, data, m = _dlpack.consume(x)
+    nd, shp = _shape_in(shape)
+    h = ctypes.c_void_p()
+    if not data or math.prod(shape) == 0:  # nothing to view: an owned empty tensor; the capsule frees x's
+        _check(_lib.tensor_create(c._h, _CODES[dtype], nd, shp, ctypes.byref(h)))
+        return Tensor._wrap(h, c)
+    deleter = ctypes.cast(m.deleter, ctypes.c_void_p).value
+    _check(_lib.tensor_from_host_borrowed(c._h, _CODES[dtype], data, nd, shp, deleter, managed, ctypes.byref(h)))
+    _dlpack.mark_used(capsule)  # from here dp's dp_tensor_destroy calls the deleter
+    # Without a deleter the producer object itself is kept alive.
+    return Tensor._wrap(h, c, owner=None if deleter else x)

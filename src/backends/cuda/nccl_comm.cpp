@@ -1,0 +1,127 @@
+#include "backends/cuda/nccl_comm.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace dp {
+
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    fail(DP_ERR_DEVICE, std::string("NCCL: ") + what + " failed: " + ncclGetErrorString(r) +
+                            (ncclGetLastError(nullptr)[0] ? std::string(" (") + ncclGetLastError(nullptr) + ")" : ""));
+}
+#define DP_NCCL_CHECK(call) nccl_check((call), #call)
+
+}  // namespace
+
+NcclComm::NcclComm(const std::vector<int>& devices) : members_(devices.size()) {
+  std::vector<ncclComm_t> comms(devices.size());
+  DP_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+  for (size_t i = 0; i < devices.size(); ++i) {
+    Member& m = members_[i];
+    m.device = devices[i];
+    m.comm = comms[i];
+    DP_CUDA_CHECK(cudaSetDevice(m.device));
+    DP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&m.in, &m.out}) DP_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
+  const char* t = std::getenv("DP_NCCL_TIMEOUT");
+  if (t && std::atof(t) > 0) set_timeout_s(std::atof(t));
+}
+
+NcclComm::~NcclComm() {
+  for (Member& m : members_) {
+    cudaSetDevice(m.device);
+    if (m.comm) (broken_.empty() ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm));
+    if (m.stream) cudaStreamSynchronize(m.stream), cudaStreamDestroy(m.stream);
+    for (cudaEvent_t e : {m.in, m.out})
+      if (e) cudaEventDestroy(e);
+  }
+  if (one_) cudaFree(one_);
+}
+
+void NcclComm::check_usable() const {
+  if (!broken_.empty()) fail(DP_ERR_DEVICE, broken_);
+}
+
+void NcclComm::after(int member, cudaStream_t compute) {
+  Member& m = members_[member];
+  DP_CUDA_CHECK(cudaEventRecord(m.in, compute));
+  DP_CUDA_CHECK(cudaStreamWaitEvent(m.stream, m.in, 0));
+}
+
+void NcclComm::before(int member, cudaStream_t compute) {
+  Member& m = members_[member];
+  DP_CUDA_CHECK(cudaEventRecord(m.out, m.stream));
+  DP_CUDA_CHECK(cudaStreamWaitEvent(compute, m.out, 0));
+}
+
+void NcclComm::group_start() { DP_NCCL_CHECK(ncclGroupStart()); }
+void NcclComm::group_end() { DP_NCCL_CHECK(ncclGroupEnd()); }
+
+void NcclComm::all_reduce(int member, const float* in, float* out, int64_t count) {
+  check_usable();
+  if (count <= 0) return;
+  const Member& m = members_[member];
+  DP_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), ncclFloat, ncclSum, m.comm, m.stream));
+}
+
+void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
+  check_usable();
+  if (count <= 0) return;
+  const Member& m = members_[member];
+  DP_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat, root, m.comm, m.stream));
+}
+
+// One thread for all members (a barrier of one thread per member would need
+// a host barrier too): every member all-reduces one float, then waits.
+void NcclComm::barrier(int) {
+  check_usable();
+  if (!one_) {
+    DP_CUDA_CHECK(cudaSetDevice(members_[0].device));
+    DP_CUDA_CHECK(cudaMalloc(&one_, sizeof(float)));
+  }
+  group_start();
+  for (size_t i = 0; i < members_.size(); ++i) all_reduce(static_cast<int>(i), one_, one_, 1);
+  group_end();
+  for (size_t i = 0; i < members_.size(); ++i) wait(static_cast<int>(i));
+}
+
+// Polls instead of blocking, so that an asynchronous NCCL error or a
+// collective that never completes (a peer that died, a mismatched call) ends
+// in an error instead of a hang.
+void NcclComm::wait(int member) {
+  check_usable();
+  Member& m = members_[member];
+  DP_CUDA_CHECK(cudaSetDevice(m.device));
+  DP_CUDA_CHECK(cudaEventRecord(m.out, m.stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(m.out);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cuda_fail(e, "a collective on NCCL's stream");
+    ncclResult_t async = ncclSuccess;
+    DP_NCCL_CHECK(ncclCommGetAsyncError(m.comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      abort(std::string("NCCL reported an asynchronous error on cuda:") + std::to_string(m.device) + ": " +
+            ncclGetErrorString(async));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > timeout_s())
+      abort("a gradient all-reduce did not finish within " + std::to_string(static_cast<int>(timeout_s())) +
+            " s (DP_NCCL_TIMEOUT)");
+    check_usable();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclComm::abort(const std::string& why) {
+  if (!broken_.empty()) return;
+  for (Member& m : members_)
+    if (m.comm) ncclCommAbort(m.comm), m.comm = nullptr;
+  broken_ = why + "; the NCCL communicators were aborted: destroy this group and create a new one";
+}
+
+}  // namespace dp

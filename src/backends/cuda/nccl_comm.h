@@ -1,0 +1,59 @@
+// The communicator of this process's GPUs, over NCCL (ncclCommInitAll): one
+// member per GPU, each with its own communication stream, so collectives
+// overlap the compute streams. The caller orders them: after(m, s) makes
+// member m's next collectives wait for the work queued on stream s so far;
+// before(m, s) makes stream s wait for m's collectives so far.
+//
+// Collectives of one member may be called from its own thread (gradient
+// buckets during backward); calls for several members from one thread go
+// between group_start() and group_end(), as NCCL requires. wait() polls, so
+// an asynchronous NCCL error or a collective that does not complete within
+// timeout_s() (DP_NCCL_TIMEOUT, 300 s) aborts the communicators and throws,
+// instead of hanging. An aborted NcclComm cannot be reset: the group that
+// owns it must be recreated.
+#pragma once
+#include <nccl.h>
+
+#include <vector>
+
+#include "backends/cuda/cuda.h"
+#include "engine/comm.h"
+
+namespace dp {
+
+class NcclComm final : public Communicator {
+ public:
+  explicit NcclComm(const std::vector<int>& devices);
+  ~NcclComm() override;
+
+  int size() const override { return static_cast<int>(members_.size()); }
+  void after(int member, cudaStream_t compute);
+  void before(int member, cudaStream_t compute);
+  void group_start();
+  void group_end();
+
+  // in may equal out; in must not be null (an idle member sends zeros).
+  void all_reduce(int member, const float* in, float* out, int64_t count) override;
+  void broadcast(int member, float* data, int64_t count, int root) override;
+  void barrier(int member) override;
+  void wait(int member) override;
+  void abort(const std::string& why) override;
+  bool reset() override { return broken_.empty(); }
+  // Empty unless aborted: then why, and what to do.
+  const std::string& broken() const { return broken_; }
+
+ private:
+  struct Member {
+    int device = 0;
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t in = nullptr, out = nullptr;  // after() and before()/wait()
+  };
+  void check_usable() const;
+
+  std::vector<Member> members_;
+  std::string broken_;
+  float* one_ = nullptr;  // barrier: a float per member, on its device
+};
+
+}  // namespace dp

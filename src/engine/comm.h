@@ -1,0 +1,52 @@
+// A communicator: the collectives that keep the copies of one model in step,
+// as c10d's ProcessGroup or Gloo's algorithms are for PyTorch. The members
+// are numbered 0 .. size()-1: CPU replicas (threads of this process sharing
+// memory), replicas sharing one GPU, or GPUs (NCCL). Engines reduce
+// gradients and broadcast parameters only through this interface.
+//
+// Every member makes the same collective calls in the same order, with the
+// same counts; a call only starts the collective (it may complete later, on
+// another thread or a GPU stream) and wait() completes them. Results are
+// deterministic: sums are added in member order, whoever computes them.
+//
+// Implementations: LocalComm (engine/local_comm.h: threads in one process,
+// and replicas sharing a GPU) and NcclComm (backends/cuda/nccl_comm.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace dp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+
+  // out[0, count) of every member becomes the sum over members of their
+  // in[0, count), added in member order. in may equal out. Where the
+  // implementation says so, in may be null (that member adds nothing) and
+  // members may share one out (written once).
+  virtual void all_reduce(int member, const float* in, float* out, int64_t count) = 0;
+  // data[0, count) of every member becomes root's.
+  virtual void broadcast(int member, float* data, int64_t count, int root) = 0;
+  // Returns when every member has called it (and their earlier collectives are done).
+  virtual void barrier(int member) = 0;
+  // Blocks until every collective this member started has completed. Throws
+  // dp::Error when one failed, the communicator was aborted, or nothing
+  // completed within timeout_s(); in the last two cases the communicator is
+  // aborted first, so no member waits forever.
+  virtual void wait(int member) = 0;
+  // Fails the pending collectives and wakes every waiter with `why`.
+  virtual void abort(const std::string& why) = 0;
+  // After an abort: whether the communicator can be used again (reset()), or
+  // must be recreated (a failed NCCL communicator).
+  virtual bool reset() = 0;
+
+  double timeout_s() const { return timeout_s_; }
+  void set_timeout_s(double s) { timeout_s_ = s; }
+
+ private:
+  double timeout_s_ = 300;
+};
+
+}  // namespace dp

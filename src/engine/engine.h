@@ -1,0 +1,148 @@
+// An engine executes a device group's work: its replicas, their memory, the
+// gradient reduction (through a Communicator) and the optimizer update. The
+// Group above it keeps the semantics (checks, the split, the step that keys
+// dropout, the NaN check, merging batch-norm statistics) and knows no device.
+//
+// The job a replica runs (forward; loss; backward; the gradient buckets) is
+// spelled once, in Engine::run_replica; a backend supplies the device half of
+// each replica (ReplicaDevice: where rows go, how the loss is computed, where
+// results are read back) and the reduction and update. Backends: the CPU
+// (backends/cpu/engine.cpp) and CUDA (backends/cuda/engine.cpp).
+#pragma once
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/workers.h"
+#include "engine/comm.h"
+#include "engine/replica.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+
+namespace dp {
+
+enum class Job { kForward, kBackward, kTrain, kEval };
+
+// One run of a job, as the group planned it. Tensors are the host's, the
+// whole batch; replica r runs rows [offsets[r], offsets[r] + split[r]).
+struct RunPlan {
+  Job job = Job::kForward;
+  const std::vector<int64_t>* split = nullptr;    // rows per active replica
+  const std::vector<int64_t>* offsets = nullptr;  // first row of each
+  const std::vector<RunCtx>* ctxs = nullptr;      // per active replica (the engine adds its device)
+  const Tensor* input = nullptr;        // kForward, kTrain, kEval
+  const Tensor* target = nullptr;       // kTrain, kEval
+  const Tensor* grad_output = nullptr;  // kBackward
+  Tensor* output = nullptr;             // kForward: resized by the group, filled here
+};
+
+// The device half of one replica. Called on the replica's host thread, in
+// the order Engine::run_replica spells; work may complete asynchronously
+// (a GPU stream) until Engine::finish.
+class ReplicaDevice {
+ public:
+  enum Rows { kInput, kTarget, kGradOutput };
+  virtual ~ReplicaDevice() = default;
+  virtual Replica& graph() = 0;
+  // Before anything else in a job: binds ctx to this device (pool, stream).
+  virtual void begin(RunCtx& ctx) = 0;
+  // Rows [off, off + rows) of a host tensor, where this replica's layers read
+  // them (a CPU: a view; a GPU: a copy on the device).
+  virtual const Tensor& load(Rows which, const Tensor& host, int64_t off, int64_t rows) = 0;
+  // graph().output() into rows [off, ...) of the host tensor `host`.
+  virtual void store_output(Tensor& host, int64_t off) = 0;
+  // The loss of the last forward against `target`, its gradient into
+  // graph().loss_grad(); with count_correct, also the rows whose arg-max is
+  // the class target.
+  virtual void loss(const RunCtx& ctx, const Tensor& target, bool count_correct) = 0;
+  // The training forward's batch-norm statistics, for the host to read.
+  virtual void keep_stats() = 0;
+  // Results of the last job, valid after Engine::finish.
+  virtual double loss_value() = 0;
+  virtual int64_t correct_value() = 0;
+  virtual const float* stats() = 0;  // model.stats_total floats
+};
+
+class Engine {
+ public:
+  // replicas: how many; members of the gradient communicator are replicas
+  // or groups of them, as the backend decides.
+  Engine(Model& model, int replicas);
+  virtual ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int size() const { return n_; }
+  Model& model() { return model_; }
+
+  // Runs plan.job on every replica at once and waits for all of it,
+  // gradient buckets included; then loss(r), correct(r), stats(r) hold the
+  // results. Throws dp::Error; the engine stays usable unless it says
+  // otherwise (a failed NCCL communicator).
+  void run(const RunPlan& plan);
+  double loss(int r) { return devices_[r]->loss_value(); }
+  int64_t correct(int r) { return devices_[r]->correct_value(); }
+  const float* stats(int r) { return devices_[r]->stats(); }
+
+  // The model's gradients += the last run's gradients, summed over the
+  // replicas; then, with opt, one optimizer step on every copy.
+  virtual void reduce(Optimizer* opt) = 0;
+  virtual void zero_grad() = 0;
+  virtual void optimizer_step(Optimizer& opt) = 0;
+  // Optimizer state kept on devices, copied into opt.state() (for a checkpoint).
+  virtual void optimizer_to_host(Optimizer& opt) { (void)opt; }
+  virtual void set_threads_per_device(int threads) { (void)threads; }
+  virtual void set_allow_tf32(bool allow) { (void)allow; }
+  virtual void set_cudnn_benchmark(bool on) { (void)on; }
+
+ protected:
+  // A backend's part of run(), around the replicas' jobs: prepare() on the
+  // calling thread before them (size staging), finish() after them (wait for
+  // the devices, read results back).
+  virtual void prepare(const RunPlan& plan) { (void)plan; }
+  virtual void finish(const RunPlan& plan) { (void)plan; }
+  // On replica r's thread, after its job: with `buckets`, until its gradient
+  // buckets are reduced (a GPU: the stream waits for them).
+  virtual void end_replica(int r, bool buckets) { (void)r, (void)buckets; }
+  // After a failed run: leave nothing in flight.
+  virtual void abandon() {}
+  // Gradient buckets: `bucketed()` says whether backward reduces gradients
+  // as it goes; then reduce_bucket(r, begin, count) is called on replica r's
+  // thread as soon as gradients [begin, begin + count) are final there (also
+  // on replicas outside the split, which hold no gradients). Buckets follow
+  // the layers in reverse and are the same on every replica.
+  virtual bool bucketed() const { return false; }
+  virtual void reduce_bucket(int r, int64_t begin, int64_t count) { (void)r, (void)begin, (void)count; }
+  // The communicator a failed job aborts, so that no replica waits forever
+  // on one that threw.
+  virtual Communicator* comm() { return nullptr; }
+  // Layer `node` finished its backward on replica r: starts a bucket when
+  // enough gradients are final. Backends call it from their Executor.
+  void node_done(int r, size_t node);
+
+  Model& model_;
+  const int n_;
+  std::vector<std::unique_ptr<ReplicaDevice>> devices_;  // made by the backend's constructor
+  Workers threads_;  // one per replica: replica r's host work runs on thread r
+  int active_ = 0;   // replicas in the current run's split
+  int64_t bucket_floats_ = (int64_t(4) << 20) / 4;
+
+ private:
+  static void run_one(void* self, int r);
+  void run_replica(int r);
+
+  const RunPlan* plan_ = nullptr;
+  std::vector<int64_t> reduced_begin_;  // per replica: gradients [reduced_begin, P) are in buckets
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // the first failure of the run in flight
+};
+
+// The backends' factories. "cuda:0,cuda:0" parsed into ordinals; throws
+// DP_ERR_DEVICE with the reason when this build or machine has no such GPU,
+// or a layer has no CUDA code.
+std::unique_ptr<Engine> make_cpu_engine(Model& model, int devices, int threads_per_device);
+std::unique_ptr<Engine> make_cuda_engine(Model& model, const std::vector<int>& ordinals);
+
+}  // namespace dp

@@ -1,5 +1,8 @@
 #include "engine/engine.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace dp {
 
 Engine::Engine(Model& model, int replicas)
@@ -77,6 +80,12 @@ void Engine::run_replica(int r) {
     // The other replicas may be waiting for this one's buckets.
     if (Communicator* c = comm()) c->abort("replica " + std::to_string(r) + " failed: " + what);
   }
+}
+
+void Engine::set_bucket_mb(double mb) {
+  const char* env = std::getenv("DP_BUCKET_MB");
+  if (env && std::atof(env) > 0) mb = std::atof(env);
+  bucket_floats_ = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
 }
 
 void Engine::node_done(int r, size_t node) {

@@ -127,7 +127,10 @@ class Engine {
   std::vector<std::unique_ptr<ReplicaDevice>> devices_;  // made by the backend's constructor
   Workers threads_;  // one per replica: replica r's host work runs on thread r
   int active_ = 0;   // replicas in the current run's split
-  int64_t bucket_floats_ = (int64_t(4) << 20) / 4;
+  // Gradient bucket size: the backend's default, or DP_BUCKET_MB (a decimal
+  // number of MiB: 0.001 gives buckets of 262 floats).
+  void set_bucket_mb(double default_mb);
+  int64_t bucket_floats_ = 0;
 
  private:
   static void run_one(void* self, int r);

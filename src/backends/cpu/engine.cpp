@@ -87,7 +87,7 @@ class CpuEngine final : public Engine {
   CpuEngine(Model& model, int devices, int threads)
       : Engine(model, devices),
         comm_(devices, static_cast<int>(model.nodes.size()) + 1, &LocalComm::host_sum, Optimizer::kGrain) {
-    bucket_floats_ = int64_t(1) << 16;  // 256 KiB: a bucket per large layer
+    set_bucket_mb(0.25);  // a bucket per large layer: their sums overlap the backward of the layers before
     set_threads_per_device(threads);
   }
 

@@ -149,7 +149,7 @@ CudaEngine::CudaEngine(Model& model, const std::vector<int>& ordinals)
   }
   bucketed_ = nccl_ != nullptr;
   for (const Slot& s : slots_) bucketed_ = bucketed_ && s.replicas.size() == 1;
-  if (const char* b = std::getenv("DP_BUCKET_MB")) bucket_floats_ = std::max<int64_t>(1, std::atoll(b)) * (int64_t(1) << 20) / 4;
+  set_bucket_mb(4);
   upload_if_stale();
   model_.set_device_copy(this);
 }

@@ -213,6 +213,5 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
 
 std::vector<float>& DeviceCopy::host_params(Model& m) { return m.params_; }
 std::vector<float>& DeviceCopy::host_grads(Model& m) { return m.grads_; }
-std::vector<float>& DeviceCopy::host_buffers(Model& m) { return m.buffers_; }
 
 }  // namespace dp

@@ -43,7 +43,6 @@ class DeviceCopy {
  protected:
   static std::vector<float>& host_params(Model& m);
   static std::vector<float>& host_grads(Model& m);
-  static std::vector<float>& host_buffers(Model& m);
 };
 
 class Model {

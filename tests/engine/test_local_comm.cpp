@@ -110,6 +110,24 @@ TEST_CASE("LocalComm: one thread for all members, distinct outputs, broadcast an
   CHECK(passed == members);
 }
 
+// As the CUDA engine uses it for replicas sharing a GPU: one thread joins
+// for every member, once per step, then waits for each.
+TEST_CASE("LocalComm: one thread for all members, step after step") {
+  const int members = 3;
+  const int64_t n = 64;
+  LocalComm comm(members, 1, &LocalComm::host_sum, 0);
+  for (int step = 0; step < 5; ++step) {
+    Setup s(members, n, 100 + step);
+    std::vector<bool> idle(members, false);
+    idle[step % members] = step % 2 == 1;  // an idle replica now and then
+    std::vector<float> sum(n, -1.f);
+    for (int m = 0; m < members; ++m) comm.all_reduce(m, idle[m] ? nullptr : s.in[m].data(), sum.data(), n);
+    for (int m = 0; m < members; ++m) comm.wait(m);
+    std::vector<float> want = expected(s, idle);
+    for (int64_t i = 0; i < n; ++i) REQUIRE(sum[i] == want[i]);
+  }
+}
+
 TEST_CASE("LocalComm: an abort wakes every waiter with the reason, and reset() makes it usable again") {
   const int members = 3;
   LocalComm comm(members, 2, &LocalComm::host_sum, 0);

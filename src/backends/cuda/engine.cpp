@@ -179,7 +179,7 @@ CudaEngine::~CudaEngine() {
 void CudaEngine::upload_if_stale() {
   if (uploaded_version_ == model_.host_version()) {
     if (uploaded_buffers_ == model_.buffers_version()) return;
-    const std::vector<float>& buffers = host_buffers(model_);
+    const std::vector<float>& buffers = model_.buffers();
     for (Slot& s : slots_) {
       DP_CUDA_CHECK(cudaSetDevice(s.device));
       cudaStream_t st = main_stream(s);
@@ -190,9 +190,11 @@ void CudaEngine::upload_if_stale() {
     return;
   }
   const bool broadcast = nccl_ && slots_.size() > 1;
-  const std::vector<float>& params = host_params(model_);
-  const std::vector<float>& grads = host_grads(model_);
-  const std::vector<float>& buffers = host_buffers(model_);
+  // Through the syncing accessors: another GPU group may have trained the
+  // model last (this one's own copy is not newer here: the host wrote).
+  const std::vector<float>& params = model_.params();
+  const std::vector<float>& grads = model_.grads();
+  const std::vector<float>& buffers = model_.buffers();
   for (size_t i = 0; i < (broadcast ? 1 : slots_.size()); ++i) {
     Slot& s = slots_[i];
     DP_CUDA_CHECK(cudaSetDevice(s.device));
@@ -333,7 +335,7 @@ void CudaEngine::reduce(Optimizer* opt) {
         const int r = s.replicas[m];
         s.local->all_reduce(static_cast<int>(m), r < active_ ? rep(r).graph().grads() : nullptr, s.step_sum.f32(), P);
       }
-      s.local->wait(0);
+      for (size_t m = 0; m < s.replicas.size(); ++m) s.local->wait(static_cast<int>(m));
     }
     if (nccl_) {
       for (size_t i = 0; i < slots_.size(); ++i) nccl_->after(static_cast<int>(i), main_stream(slots_[i]));

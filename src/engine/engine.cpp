@@ -29,6 +29,12 @@ void Engine::run(const RunPlan& plan) {
   plan_ = nullptr;
 }
 
+double Engine::total_loss() {
+  double loss = 0;
+  for (int r = 0; r < active_; ++r) loss += devices_[r]->loss_value();
+  return loss;
+}
+
 void Engine::run_one(void* self, int r) { static_cast<Engine*>(self)->run_replica(r); }
 
 // One replica's part of a job, the same for every backend.

@@ -23,6 +23,10 @@
 
 namespace dp {
 
+// kForward: outputs gathered. kBackward: gradients of the last forward
+// summed over replicas, added into the model's by reduce(nullptr). kTrain:
+// forward, loss, backward; the model's gradients become this batch's (not
+// added to), and reduce(opt) steps. kEval: forward and loss, nothing changes.
 enum class Job { kForward, kBackward, kTrain, kEval };
 
 // One run of a job, as the group planned it. Tensors are the host's, the
@@ -36,6 +40,11 @@ struct RunPlan {
   const Tensor* target = nullptr;       // kTrain, kEval
   const Tensor* grad_output = nullptr;  // kBackward
   Tensor* output = nullptr;             // kForward: resized by the group, filled here
+  // kTrain: the step's optimizer. An engine may apply it to each gradient
+  // bucket as soon as it is summed (while still in cache), but only once the
+  // sum of the replicas' losses, in replica order, is known to be finite;
+  // reduce(opt) then does what is left.
+  Optimizer* opt = nullptr;
 };
 
 // The device half of one replica. Called on the replica's host thread, in
@@ -83,11 +92,15 @@ class Engine {
   // otherwise (a failed NCCL communicator).
   void run(const RunPlan& plan);
   double loss(int r) { return devices_[r]->loss_value(); }
+  // The sum of the active replicas' losses, in replica order (what the group
+  // checks for NaN).
+  double total_loss();
   int64_t correct(int r) { return devices_[r]->correct_value(); }
   const float* stats(int r) { return devices_[r]->stats(); }
 
-  // The model's gradients += the last run's gradients, summed over the
-  // replicas; then, with opt, one optimizer step on every copy.
+  // After kBackward: the model's gradients += the last run's, summed over the
+  // replicas. After kTrain: the model's gradients = the last run's, then one
+  // step of opt on every copy (the plan's optimizer).
   virtual void reduce(Optimizer* opt) = 0;
   virtual void zero_grad() = 0;
   virtual void optimizer_step(Optimizer& opt) = 0;

@@ -74,7 +74,7 @@ void Group::check_target(const Tensor& target, int64_t batch) const {
 
 // A backward job reuses the last forward's split; the others split `input`.
 void Group::run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output,
-                Tensor* output) {
+                Tensor* output, Optimizer* opt) {
   if (job != Job::kBackward) {
     const int64_t batch = input->shape()[0];
     split_batch(batch, size(), mode_, split_);
@@ -101,6 +101,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
   plan.target = target;
   plan.grad_output = grad_output;
   plan.output = output;
+  plan.opt = opt;
   engine_->run(plan);
 }
 
@@ -145,12 +146,10 @@ void Group::merge_stats() {
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {
   check_input(input);
   check_target(target, input.shape()[0]);
-  zero_grad();
   have_forward_ = false;
-  run(Job::kTrain, training_, &input, &target, nullptr, nullptr);
+  run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt);
   if (training_) ++step_;
-  double loss = 0;
-  for (size_t r = 0; r < split_.size(); ++r) loss += engine_->loss(static_cast<int>(r));
+  const double loss = engine_->total_loss();  // an engine updates nothing unless this is finite
   if (!std::isfinite(loss))
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");

@@ -58,7 +58,8 @@ class Group {
   void check_input(const Tensor& input) const;
   void check_target(const Tensor& target, int64_t batch) const;
   // Plans the split of `batch` rows and runs the job on the engine.
-  void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output);
+  void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output,
+           Optimizer* opt = nullptr);
   void merge_stats();
 
   Model& model_;

@@ -5,12 +5,18 @@
 // A training step: every replica runs forward, loss and backward on its
 // rows; as each layer's gradients become final, the replicas join a bucket
 // of the local communicator, whose last arrival sums the bucket over all
-// replicas (in device order) into replica 0's gradients, helped by the
-// replicas that already finished. So the sum overlaps backward, and when the
-// last replica finishes, little is left to sum. Then reduce() adds the sum
-// into the model's gradients and applies the optimizer range by range (each
-// range still in cache), split over the device threads.
+// replicas (in device order) into the model's gradients, helped by the
+// replicas that already finished, and applies the optimizer to each range
+// it summed while the range is still in cache. So the sum and the update
+// overlap backward, and when the last replica finishes, little is left.
+// Neither happens unless the batch's loss is finite: every replica computed
+// its loss before it joined the first bucket, so the first range summed
+// decides for all. (dp_group_backward sums into replica 0's gradients
+// instead, and reduce() adds them to the model's.)
+#include <atomic>
+#include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "engine/engine.h"
 #include "engine/local_comm.h"
@@ -86,7 +92,9 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(Model& model, int devices, int threads)
       : Engine(model, devices),
-        comm_(devices, static_cast<int>(model.nodes.size()) + 1, &LocalComm::host_sum, Optimizer::kGrain) {
+        comm_(devices, static_cast<int>(model.nodes.size()) + 1,
+              [this](float* out, const float* const* in, int k, int64_t b, int64_t e) { sum_then_step(out, in, k, b, e); },
+              Optimizer::kGrain) {
     set_bucket_mb(0.25);  // a bucket per large layer: their sums overlap the backward of the layers before
     set_threads_per_device(threads);
   }
@@ -98,13 +106,16 @@ class CpuEngine final : public Engine {
   }
 
   void reduce(Optimizer* opt) override {
-    const float* sum = devices_[0]->graph().grads();  // the buckets' destination
+    if (opt_) {  // after kTrain: the buckets summed into the model's gradients and stepped as they went
+      if (gate_ == kUndecided) decide();  // no bucket (a model without parameters): the step still counts
+      opt_ = nullptr;
+      return;
+    }
+    (void)opt;  // after kBackward: add the sum the buckets left in replica 0
+    const float* sum = devices_[0]->graph().grads();
     float* grads = model_.mutable_grads().data();
-    float* params = opt ? model_.mutable_params().data() : nullptr;
-    if (opt) opt->begin_step();
     parallel_for(&threads_, model_.num_params(), Optimizer::kGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) grads[i] += sum[i];
-      if (opt) opt->update(params, grads, b, e);
     });
   }
 
@@ -119,14 +130,20 @@ class CpuEngine final : public Engine {
 
  protected:
   // Replicas read the model's arrays in place: fetch the newest ones first (a
-  // GPU group may have trained this model last).
-  void prepare(const RunPlan&) override {
+  // GPU group may have trained this model last). A training step's buckets
+  // go straight into the model's gradients, and step its parameters.
+  void prepare(const RunPlan& plan) override {
+    opt_ = plan.job == Job::kTrain ? plan.opt : nullptr;
+    gate_ = kUndecided;
+    dst_ = opt_ ? model_.mutable_grads().data() : nullptr;
+    params_ = opt_ ? model_.mutable_params().data() : nullptr;
     for (auto& d : devices_) d->graph().set_weights(model_.params().data(), model_.buffers().data());
+    if (!opt_) dst_ = devices_[0]->graph().grads();
   }
-  bool bucketed() const override { return n_ > 1; }
+  bool bucketed() const override { return true; }
   void reduce_bucket(int r, int64_t begin, int64_t count) override {
     const float* mine = r < active_ ? devices_[r]->graph().grads() + begin : nullptr;
-    comm_.all_reduce(r, mine, devices_[0]->graph().grads() + begin, count);
+    comm_.all_reduce(r, mine, dst_ + begin, count);
   }
   void end_replica(int r, bool buckets) override {
     if (buckets) comm_.wait(r);
@@ -134,7 +151,38 @@ class CpuEngine final : public Engine {
   Communicator* comm() override { return &comm_; }
 
  private:
+  enum Gate { kUndecided, kStep, kHold };
+
+  // The local communicator's sum; in a training step, then the optimizer on
+  // the same range while it is in cache, once the loss is known to be finite
+  // (every replica computed its loss before it joined the first bucket).
+  void sum_then_step(float* out, const float* const* in, int k, int64_t b, int64_t e) {
+    LocalComm::host_sum(out, in, k, b, e);
+    if (!opt_ || !decide()) return;
+    const int64_t at = out - dst_;  // where the bucket starts in the model's arrays
+    opt_->update(params_, dst_, at + b, at + e);
+  }
+  // Whether this step may update: decided once, by whoever gets here first.
+  bool decide() {
+    int g = gate_.load(std::memory_order_acquire);
+    if (g == kUndecided) {
+      std::lock_guard<std::mutex> lock(gate_mu_);
+      g = gate_.load(std::memory_order_relaxed);
+      if (g == kUndecided) {
+        g = std::isfinite(total_loss()) ? kStep : kHold;
+        if (g == kStep) opt_->begin_step();
+        gate_.store(g, std::memory_order_release);
+      }
+    }
+    return g == kStep;
+  }
+
   LocalComm comm_;
+  Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
+  float* dst_ = nullptr;      // where the buckets' sums go
+  float* params_ = nullptr;
+  std::atomic<int> gate_{kUndecided};
+  std::mutex gate_mu_;
 };
 
 }  // namespace

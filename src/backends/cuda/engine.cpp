@@ -238,6 +238,7 @@ void CudaEngine::prepare(const RunPlan& plan) {
   check_usable();
   upload_if_stale();
   buckets_started_ = false;
+  if (plan.job == Job::kTrain) zero_grad();  // the step's gradients replace the model's
   const bool computes_loss = plan.job == Job::kTrain || plan.job == Job::kEval;
   if (computes_loss && dynamic_cast<const CrossEntropyAttrs*>(model_.loss.get()))
     check_class_targets(*plan.target, model_.output_shape().numel(), 0);

@@ -51,7 +51,8 @@ void Replica::forward(const RunCtx& ctx, const Tensor& input) {
 }
 
 void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
-  exec_->zero(grads_.f32(), grads_.numel());
+  const bool by_layer = exec_->zero_grads_by_layer();
+  if (!by_layer) exec_->zero(grads_.f32(), grads_.numel());
   size_t last = model_.nodes.size() - 1;
   std::fill(grad_ready_.begin(), grad_ready_.end(), 0);
   // The output's gradient is read in place: the last layer gets a view.
@@ -59,6 +60,7 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
   for (size_t k = last + 1; k-- > 0;) {
     const Node& n = model_.nodes[k];
     const Tensor* gout = k == last ? &gout_view : &act_grads_[k];
+    if (by_layer && n.param_count > 0) exec_->zero(grads_.f32() + n.param_offset, n.param_count);
     if (k != last && !grad_ready_[k]) {  // nothing downstream used it
       exec_->backward_done(k);
       continue;

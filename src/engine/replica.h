@@ -21,6 +21,10 @@ class Executor {
   // dst[0, n) += src[0, n) and dst[0, n) = 0, in this device's memory.
   virtual void add(float* dst, const float* src, int64_t n) = 0;
   virtual void zero(float* dst, int64_t n) = 0;
+  // Layers add into their gradients, so backward zeroes them first: all at
+  // once (one call: a GPU's choice), or each layer's just before it runs
+  // (while they are about to be in cache: a CPU's).
+  virtual bool zero_grads_by_layer() const { return false; }
   // Node `node`'s backward is done: gradients of parameters at offsets >=
   // its param_offset are final (layers run backward in reverse order).
   virtual void backward_done(size_t node) { (void)node; }

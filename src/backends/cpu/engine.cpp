@@ -37,6 +37,7 @@ class CpuExecutor final : public Executor {
     for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
   }
   void zero(float* dst, int64_t n) override { std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float)); }
+  bool zero_grads_by_layer() const override { return true; }
   void backward_done(size_t node) override { done_(node); }
 
  private:

@@ -17,6 +17,7 @@ Replica::Replica(const Model& model, Executor* exec, Allocator* alloc) : model_(
   grads_.resize(DP_F32, Shape{static_cast<int64_t>(model_.num_params())});
   stats_.resize(DP_F32, Shape{model_.stats_total});
   exec_->zero(grads_.f32(), grads_.numel());
+  grads_at_ = grads_.f32();
   size_t max_inputs = 1;
   for (size_t k = 0; k < n; ++k) {
     for (size_t i = 0; i < model_.nodes[k].inputs.size(); ++i) extra_grads_[k].emplace_back(alloc);
@@ -36,7 +37,7 @@ void Replica::io_for(size_t k) {
   io.gout = nullptr;
   io.gin.clear();
   io.params = params_ + n.param_offset;
-  io.grads = grads_.f32() + n.param_offset;
+  io.grads = grads_at_ + n.param_offset;
   io.buffers = buffers_ + n.buffer_offset;
   io.stats = stats_.f32() + n.stats_offset;
   io.scratch = &scratch_[k];
@@ -52,7 +53,7 @@ void Replica::forward(const RunCtx& ctx, const Tensor& input) {
 
 void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
   const bool by_layer = exec_->zero_grads_by_layer();
-  if (!by_layer) exec_->zero(grads_.f32(), grads_.numel());
+  if (!by_layer) exec_->zero(grads_at_, grads_.numel());
   size_t last = model_.nodes.size() - 1;
   std::fill(grad_ready_.begin(), grad_ready_.end(), 0);
   // The output's gradient is read in place: the last layer gets a view.
@@ -60,7 +61,7 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
   for (size_t k = last + 1; k-- > 0;) {
     const Node& n = model_.nodes[k];
     const Tensor* gout = k == last ? &gout_view : &act_grads_[k];
-    if (by_layer && n.param_count > 0) exec_->zero(grads_.f32() + n.param_offset, n.param_count);
+    if (by_layer && n.param_count > 0) exec_->zero(grads_at_ + n.param_offset, n.param_count);
     if (k != last && !grad_ready_[k]) {  // nothing downstream used it
       exec_->backward_done(k);
       continue;

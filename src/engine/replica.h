@@ -49,7 +49,11 @@ class Replica {
   void backward(const RunCtx& ctx, const Tensor& grad_output);
   const Tensor& output() const { return acts_.back(); }
   Tensor& loss_grad() { return loss_grad_; }
-  float* grads() { return grads_.f32(); }
+  float* grads() { return grads_at_; }
+  // Where backward writes the parameter gradients: `grads` (as many floats
+  // as the model has parameters, in this replica's memory: the model's own,
+  // say), or null for this replica's buffer.
+  void set_grads(float* grads) { grads_at_ = grads ? grads : grads_.f32(); }
   float* stats(const Node& n) { return all_stats() + n.stats_offset; }
   float* all_stats() { return stats_.f32(); }  // every layer's, model.stats_total floats
  private:
@@ -65,6 +69,7 @@ class Replica {
   std::vector<std::vector<Tensor>> extra_grads_;  // for inputs that feed several layers
   std::vector<char> grad_ready_;
   Tensor grads_, stats_;
+  float* grads_at_ = nullptr;  // grads_, or set_grads()
   Tensor input_, loss_grad_;
   LayerIO io_;
 };

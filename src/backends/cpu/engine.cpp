@@ -5,14 +5,15 @@
 // A training step: every replica runs forward, loss and backward on its
 // rows; as each layer's gradients become final, the replicas join a bucket
 // of the local communicator, whose last arrival sums the bucket over all
-// replicas (in device order) into the model's gradients, helped by the
-// replicas that already finished, and applies the optimizer to each range
-// it summed while the range is still in cache. So the sum and the update
-// overlap backward, and when the last replica finishes, little is left.
-// Neither happens unless the batch's loss is finite: every replica computed
-// its loss before it joined the first bucket, so the first range summed
-// decides for all. (dp_group_backward sums into replica 0's gradients
-// instead, and reduce() adds them to the model's.)
+// replicas (in device order) into the model's gradients, where replica 0
+// wrote its own, helped by the replicas that already finished; and it
+// applies the optimizer to each range it summed while the range is still in
+// cache. So the sum and the update overlap backward, and when the last
+// replica finishes, little is left. Neither happens unless the batch's loss
+// is finite: every replica computed its loss before it joined the first
+// bucket, so the first range summed decides for all. (dp_group_backward sums
+// into replica 0's own gradients instead, and reduce() adds them to the
+// model's.)
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -139,6 +140,9 @@ class CpuEngine final : public Engine {
     dst_ = opt_ ? model_.mutable_grads().data() : nullptr;
     params_ = opt_ ? model_.mutable_params().data() : nullptr;
     for (auto& d : devices_) d->graph().set_weights(model_.params().data(), model_.buffers().data());
+    // Replica 0 writes its gradients where the sum goes, and the others' are
+    // added to it in place (in a training step, the model's own).
+    devices_[0]->graph().set_grads(dst_);
     if (!opt_) dst_ = devices_[0]->graph().grads();
   }
   bool bucketed() const override { return true; }

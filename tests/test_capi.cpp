@@ -379,6 +379,13 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   CHECK(dp_group_train_step(g, opt, xn, t, nullptr) == DP_ERR_NUMERIC);
   CHECK(std::string(dp_last_error()).find("NaN") != std::string::npos);
   CHECK(params_of(m) == before);
+  {  // and the gradients are zero, as after zero_grad (the step's were never used)
+    int64_t n = 0;
+    DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+    std::vector<float> grads(static_cast<size_t>(n), -1.f);
+    DP_REQUIRE_OK(dp_model_copy_gradients(m, grads.data(), n));
+    CHECK(grads == std::vector<float>(static_cast<size_t>(n), 0.f));
+  }
 
   // After all of that, the group still trains.
   float loss = -1;

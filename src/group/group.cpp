@@ -45,8 +45,9 @@ Group::~Group() = default;
 
 void Group::set_threads_per_device(int threads) {
   if (threads < 1 || threads > 256) fail(DP_ERR_INVALID_ARGUMENT, "threads per device must be in [1, 256], got " + std::to_string(threads));
-  engine_->set_threads_per_device(threads);  // a GPU replica's work is on its GPU: ignored there
-  have_forward_ = false;
+  if (on_gpus()) return;  // a GPU replica's work is on its GPU
+  engine_->set_threads_per_device(threads);
+  have_forward_ = false;  // new replicas hold no forward
 }
 
 void Group::set_allow_tf32(bool allow) { engine_->set_allow_tf32(allow); }

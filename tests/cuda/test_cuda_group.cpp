@@ -637,6 +637,44 @@ TEST_CASE("pinned batches train exactly as pageable ones, and a group's changed 
   CHECK(params_of(a.model) == params_of(b.model));
 }
 
+// Weights written on the host after training must not be overwritten by the
+// GPU's older copy when a device-side call (zero_grad, optimizer_step) comes
+// before the next run: each uploads the host's first.
+TEST_CASE("host-written weights survive zero_grad and optimizer_step on CUDA") {
+  progress("host writes, then zero_grad / optimizer_step");
+  Session a(kMlp, "cuda:0", kSgd);
+  float loss = 0;
+  DP_REQUIRE_OK(a.step(12, 0, &loss));  // the GPU holds newer values than the host now
+  std::vector<float> p = params_of(a.model);
+  for (float& v : p) v *= 0.5f;
+  DP_REQUIRE_OK(dp_model_set_parameters(a.model, p.data(), static_cast<int64_t>(p.size())));
+  DP_REQUIRE_OK(dp_group_zero_grad(a.group));
+  CHECK(params_of(a.model) == p);
+  dp_tensor* x = a.input(12, 1);
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(a.group, x, &out));
+  CHECK(params_of(a.model) == p);
+  // The CPU computes the same forward from the same weights.
+  Session c(kMlp, "cpu:0", kSgd);
+  DP_REQUIRE_OK(dp_model_set_parameters(c.model, p.data(), static_cast<int64_t>(p.size())));
+  dp_tensor* cpu_out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(c.group, x, &cpu_out));
+  expect_close(tensor_data(out), tensor_data(cpu_out), "forward after set_parameters and zero_grad");
+  // optimizer_step after a host write steps from the written weights: with
+  // zero gradients and fresh momentum, SGD leaves them as they are.
+  for (float& v : p) v *= 0.5f;
+  DP_REQUIRE_OK(dp_model_set_parameters(a.model, p.data(), static_cast<int64_t>(p.size())));
+  DP_REQUIRE_OK(dp_group_zero_grad(a.group));
+  dp_optimizer* plain = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(a.group, R"({"type": "sgd", "lr": 0.1})", &plain));
+  DP_REQUIRE_OK(dp_optimizer_step(plain));
+  CHECK(params_of(a.model) == p);
+  dp_optimizer_destroy(plain);
+  dp_tensor_destroy(out);
+  dp_tensor_destroy(cpu_out);
+  dp_tensor_destroy(x);
+}
+
 // ----------------------------------------------------------- steady state --
 
 TEST_CASE("steady-state training on CUDA calls neither cudaMalloc nor cudaFree") {

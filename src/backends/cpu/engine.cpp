@@ -145,6 +145,11 @@ class CpuEngine final : public Engine {
     devices_[0]->graph().set_grads(dst_);
     if (!opt_) dst_ = devices_[0]->graph().grads();
   }
+  // A step whose loss is not finite leaves the gradients zero, as a GPU
+  // group does (the buckets wrote sums the optimizer never used).
+  void finish(const RunPlan&) override {
+    if (opt_ && gate_ == kHold) zero_grad();
+  }
   bool bucketed() const override { return true; }
   void reduce_bucket(int r, int64_t begin, int64_t count) override {
     const float* mine = r < active_ ? devices_[r]->graph().grads() + begin : nullptr;

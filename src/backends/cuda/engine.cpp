@@ -175,7 +175,10 @@ CudaEngine::~CudaEngine() {
 
 // The host's arrays are newer (a new engine, set_parameters, a checkpoint):
 // copy them to the first GPU and broadcast them from there with NCCL. Only
-// the buffers (merged running statistics): copy them to every GPU.
+// the buffers (merged running statistics): copy them to every GPU. Called
+// before anything changes the devices' arrays, so the devices are never
+// newer than the host in one array while older in another (a host write
+// first fetches the devices' newest values: Model::mutable_params).
 void CudaEngine::upload_if_stale() {
   if (uploaded_version_ == model_.host_version()) {
     if (uploaded_buffers_ == model_.buffers_version()) return;
@@ -190,10 +193,11 @@ void CudaEngine::upload_if_stale() {
     return;
   }
   const bool broadcast = nccl_ && slots_.size() > 1;
-  // Through the syncing accessors: another GPU group may have trained the
-  // model last (this one's own copy is not newer here: the host wrote).
-  const std::vector<float>& params = model_.params();
-  const std::vector<float>& grads = model_.grads();
+  // The host wrote last. Another GPU group may have trained the model
+  // before: the syncing accessors fetch its values first.
+  const bool mine = model_.device_copy() == this;
+  const std::vector<float>& params = mine ? host_params(model_) : model_.params();
+  const std::vector<float>& grads = mine ? host_grads(model_) : model_.grads();
   const std::vector<float>& buffers = model_.buffers();
   for (size_t i = 0; i < (broadcast ? 1 : slots_.size()); ++i) {
     Slot& s = slots_[i];
@@ -235,9 +239,9 @@ void CudaEngine::to_host() {
 }
 
 void CudaEngine::prepare(const RunPlan& plan) {
+  buckets_started_ = false;
   check_usable();
   upload_if_stale();
-  buckets_started_ = false;
   if (plan.job == Job::kTrain) zero_grad();  // the step's gradients replace the model's
   const bool computes_loss = plan.job == Job::kTrain || plan.job == Job::kEval;
   if (computes_loss && dynamic_cast<const CrossEntropyAttrs*>(model_.loss.get()))
@@ -275,8 +279,7 @@ void CudaEngine::end_replica(int r, bool buckets) {
 
 // Waits for every replica's job; NCCL's collectives first, with its time limit.
 void CudaEngine::finish(const RunPlan& plan) {
-  if (nccl_)
-    for (int m = 0; m < nccl_->size(); ++m) nccl_->wait(m);
+  if (nccl_) nccl_->wait_all();
   for (int r = 0; r < n_; ++r) DP_CUDA_CHECK(cudaEventSynchronize(rep(r).done()));
   if (plan.job == Job::kForward) std::memcpy(plan.output->f32(), staging_.output.data(), plan.output->bytes());
 }
@@ -306,6 +309,7 @@ void CudaEngine::prepare_optimizer(Slot& s, Optimizer& opt) {
 // acc += step sum (when there is one), then the optimizer, on every slot.
 void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   check_usable();
+  upload_if_stale();
   OptimRule rule;
   if (opt) {
     opt->begin_step();
@@ -332,6 +336,7 @@ void CudaEngine::reduce(Optimizer* opt) {
   if (!bucketed_) {
     for (Slot& s : slots_) {
       DP_CUDA_CHECK(cudaSetDevice(s.device));
+      s.local->reset();  // a sum that failed last time (a kernel error) is not waited for
       for (size_t m = 0; m < s.replicas.size(); ++m) {
         const int r = s.replicas[m];
         s.local->all_reduce(static_cast<int>(m), r < active_ ? rep(r).graph().grads() : nullptr, s.step_sum.f32(), P);
@@ -351,6 +356,7 @@ void CudaEngine::reduce(Optimizer* opt) {
 }
 
 void CudaEngine::zero_grad() {
+  upload_if_stale();
   for (Slot& s : slots_) {
     DP_CUDA_CHECK(cudaSetDevice(s.device));
     DP_CUDA_CHECK(cudaMemsetAsync(s.grads.data(), 0, s.grads.bytes(), main_stream(s)));

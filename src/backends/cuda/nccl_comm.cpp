@@ -40,7 +40,7 @@ NcclComm::~NcclComm() {
     for (cudaEvent_t e : {m.in, m.out})
       if (e) cudaEventDestroy(e);
   }
-  if (one_) cudaFree(one_);
+  for (size_t i = 0; i < one_.size(); ++i) cudaSetDevice(members_[i].device), cudaFree(one_[i]);
 }
 
 void NcclComm::check_usable() const {
@@ -80,34 +80,47 @@ void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
 // a host barrier too): every member all-reduces one float, then waits.
 void NcclComm::barrier(int) {
   check_usable();
-  if (!one_) {
-    DP_CUDA_CHECK(cudaSetDevice(members_[0].device));
-    DP_CUDA_CHECK(cudaMalloc(&one_, sizeof(float)));
+  for (size_t i = one_.size(); i < members_.size(); ++i) {
+    DP_CUDA_CHECK(cudaSetDevice(members_[i].device));
+    one_.push_back(nullptr);
+    DP_CUDA_CHECK(cudaMalloc(&one_.back(), sizeof(float)));
   }
   group_start();
-  for (size_t i = 0; i < members_.size(); ++i) all_reduce(static_cast<int>(i), one_, one_, 1);
+  for (size_t i = 0; i < members_.size(); ++i) all_reduce(static_cast<int>(i), one_[i], one_[i], 1);
   group_end();
-  for (size_t i = 0; i < members_.size(); ++i) wait(static_cast<int>(i));
+  wait_all();
 }
 
 // Polls instead of blocking, so that an asynchronous NCCL error or a
 // collective that never completes (a peer that died, a mismatched call) ends
 // in an error instead of a hang.
-void NcclComm::wait(int member) {
+void NcclComm::wait(int member) { wait_members(member, member + 1); }
+
+void NcclComm::wait_all() { wait_members(0, size()); }
+
+void NcclComm::wait_members(int first, int last) {
   check_usable();
-  Member& m = members_[member];
-  DP_CUDA_CHECK(cudaSetDevice(m.device));
-  DP_CUDA_CHECK(cudaEventRecord(m.out, m.stream));
+  for (int i = first; i < last; ++i) {
+    Member& m = members_[i];
+    DP_CUDA_CHECK(cudaSetDevice(m.device));
+    DP_CUDA_CHECK(cudaEventRecord(m.out, m.stream));
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
+  for (int i = first; i < last;) {
+    Member& m = members_[i];
     const cudaError_t e = cudaEventQuery(m.out);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) {
+      ++i;
+      continue;
+    }
     if (e != cudaErrorNotReady) cuda_fail(e, "a collective on NCCL's stream");
-    ncclResult_t async = ncclSuccess;
-    DP_NCCL_CHECK(ncclCommGetAsyncError(m.comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress)
-      abort(std::string("NCCL reported an asynchronous error on cuda:") + std::to_string(m.device) + ": " +
-            ncclGetErrorString(async));
+    for (int j = i; j < last; ++j) {
+      ncclResult_t async = ncclSuccess;
+      DP_NCCL_CHECK(ncclCommGetAsyncError(members_[j].comm, &async));
+      if (async != ncclSuccess && async != ncclInProgress)
+        abort(std::string("NCCL reported an asynchronous error on cuda:") + std::to_string(members_[j].device) + ": " +
+              ncclGetErrorString(async));
+    }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_s())
       abort("a gradient all-reduce did not finish within " + std::to_string(static_cast<int>(timeout_s())) +

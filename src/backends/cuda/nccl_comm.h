@@ -35,8 +35,11 @@ class NcclComm final : public Communicator {
   // in may equal out; in must not be null (an idle member sends zeros).
   void all_reduce(int member, const float* in, float* out, int64_t count) override;
   void broadcast(int member, float* data, int64_t count, int root) override;
+  // Called once, by one thread, for all members (member is ignored).
   void barrier(int member) override;
   void wait(int member) override;
+  // Every member's collectives, with one deadline for all of them.
+  void wait_all();
   void abort(const std::string& why) override;
   bool reset() override { return broken_.empty(); }
   // Empty unless aborted: then why, and what to do.
@@ -50,10 +53,11 @@ class NcclComm final : public Communicator {
     cudaEvent_t in = nullptr, out = nullptr;  // after() and before()/wait()
   };
   void check_usable() const;
+  void wait_members(int first, int last);
 
   std::vector<Member> members_;
   std::string broken_;
-  float* one_ = nullptr;  // barrier: a float per member, on its device
+  std::vector<float*> one_;  // barrier: a float per member, on its device
 };
 
 }  // namespace dp

@@ -23,6 +23,7 @@ RANK = {
     "backends/cpu": 6,
     "backends/cuda": 6,
     "data": 6,
+    "dist": 6,
     "group": 7,
     "io": 8,
     "capi": 9,

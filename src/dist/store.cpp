@@ -1,0 +1,315 @@
+#include "dist/store.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+
+namespace dp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// An integer environment variable in [lo, hi]; `fallback` when unset.
+long env_int(const char* name, long fallback, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (*end || errno || n < lo || n > hi)
+    fail(DP_ERR_INVALID_ARGUMENT, std::string(name) + "=\"" + v + "\": expected an integer in [" + std::to_string(lo) +
+                                      ", " + std::to_string(hi) + "]");
+  return n;
+}
+
+// Whole messages over a blocking socket; false when the peer is gone.
+bool send_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+bool recv_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, c, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+// A string as a 4-byte length and its bytes.
+bool send_str(int fd, const std::string& s) {
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  return send_all(fd, &n, 4) && send_all(fd, s.data(), s.size());
+}
+bool recv_str(int fd, std::string* s) {
+  uint32_t n = 0;
+  if (!recv_all(fd, &n, 4) || n > (64u << 20)) return false;
+  s->resize(n);
+  return recv_all(fd, &(*s)[0], n);
+}
+
+}  // namespace
+
+DistConfig dist_config_from_env() {
+  DistConfig c;
+  const char* sources[][4] = {{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+                              {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                              {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
+  for (const auto& s : sources) {
+    if (!std::getenv(s[1]) && !std::getenv(s[2])) continue;
+    if (!std::getenv(s[1]) || !std::getenv(s[2]))
+      fail(DP_ERR_INVALID_ARGUMENT, std::string(std::getenv(s[1]) ? s[1] : s[2]) + " is set but " +
+                                        (std::getenv(s[1]) ? s[2] : s[1]) + " is not (" + s[0] + "'s launch sets both)");
+    c.launcher = s[0];
+    c.world_size = static_cast<int>(env_int(s[2], 1, 1, 1 << 20));
+    c.rank = static_cast<int>(env_int(s[1], 0, 0, 1 << 20));
+    if (c.rank >= c.world_size)
+      fail(DP_ERR_INVALID_ARGUMENT, std::string(s[1]) + "=" + std::to_string(c.rank) + " is outside the world of " +
+                                        s[2] + "=" + std::to_string(c.world_size));
+    c.local_rank = static_cast<int>(env_int(s[3], 0, 0, 1 << 20));
+    break;
+  }
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) c.master_addr = a;
+  c.master_port = static_cast<int>(env_int("MASTER_PORT", c.master_port, 1, 65535));
+  c.timeout_s = static_cast<double>(env_int("DP_COMM_TIMEOUT", 300, 1, 86400));
+  return c;
+}
+
+// One thread accepts; one thread per connection answers: 'S' key value
+// (set; answered with an empty ack) and 'G' key (answered with found and
+// the value). Start-up traffic is a few small messages per rank.
+class TcpStore::Server {
+ public:
+  Server(const std::string& host, int port) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    const std::string where = host + ":" + std::to_string(port);
+    if (int e = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res))
+      fail(DP_ERR_IO, "store at " + where + ": " + gai_strerror(e));
+    std::string why = "no address";
+    for (addrinfo* a = res; a && listen_fd_ < 0; a = a->ai_next) {
+      int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+      if (fd < 0) continue;
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+        listen_fd_ = fd;
+      } else {
+        why = std::strerror(errno);
+        ::close(fd);
+      }
+    }
+    freeaddrinfo(res);
+    if (listen_fd_ < 0)
+      fail(DP_ERR_IO, "rank 0 cannot serve the store at " + where + ": " + why + " (MASTER_ADDR, MASTER_PORT)");
+    accepter_ = std::thread([this] { accept_loop(); });
+  }
+
+  ~Server() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    accepter_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : clients_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : handlers_) t.join();
+    for (int fd : clients_) ::close(fd);
+    ::close(listen_fd_);
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) {
+        ::close(fd);
+        break;
+      }
+      clients_.push_back(fd);
+      handlers_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+
+  void serve(int fd) {
+    for (;;) {
+      char op = 0;
+      std::string key, value;
+      if (!recv_all(fd, &op, 1) || !recv_str(fd, &key)) return;
+      if (op == 'S') {
+        if (!recv_str(fd, &value)) return;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          data_[key] = value;
+        }
+        const char ok = 1;
+        if (!send_all(fd, &ok, 1) || !send_str(fd, "")) return;
+      } else if (op == 'G') {
+        char found = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = data_.find(key);
+          if (it != data_.end()) found = 1, value = it->second;
+        }
+        if (!send_all(fd, &found, 1) || !send_str(fd, value)) return;
+      } else {
+        return;  // not a dp store client
+      }
+    }
+  }
+
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread accepter_;
+  std::mutex mu_;
+  std::vector<int> clients_;
+  std::vector<std::thread> handlers_;
+  std::map<std::string, std::string> data_;
+};
+
+TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout_s)
+    : address_(host + ":" + std::to_string(port)) {
+  if (serve) server_ = std::make_unique<Server>(host, port);
+  const auto t0 = Clock::now();
+  std::string why = "nothing answered";
+  while (fd_ < 0) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (int e = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res)) {
+      why = gai_strerror(e);
+    } else {
+      for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
+        int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+          fd_ = fd;
+        } else {
+          why = std::strerror(errno);
+          ::close(fd);
+        }
+      }
+      freeaddrinfo(res);
+    }
+    if (fd_ >= 0) break;
+    if (seconds_since(t0) > timeout_s)
+      fail(DP_ERR_IO, "cannot reach the store of rank 0 at " + address_ + " within " + std::to_string(int(timeout_s)) +
+                          " s: " + why + " (is rank 0 running? MASTER_ADDR and MASTER_PORT must name it)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  timeval tv{};  // the server answers at once: a silent one is gone
+  tv.tv_sec = static_cast<time_t>(timeout_s) + 1;
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+TcpStore::~TcpStore() {
+  if (fd_ >= 0) ::close(fd_);
+  server_.reset();
+}
+
+std::string TcpStore::request(char op, const std::string& key, const std::string& value, bool* found) {
+  bool ok = send_all(fd_, &op, 1) && send_str(fd_, key) && (op != 'S' || send_str(fd_, value));
+  char f = 0;
+  std::string reply;
+  ok = ok && recv_all(fd_, &f, 1) && recv_str(fd_, &reply);
+  if (!ok) fail(DP_ERR_IO, "the store at " + address_ + " stopped answering (rank 0 gone?)");
+  if (found) *found = f != 0;
+  return reply;
+}
+
+void TcpStore::set(const std::string& key, const std::string& value) { request('S', key, value, nullptr); }
+
+std::vector<std::string> TcpStore::try_get(const std::vector<std::string>& keys, std::vector<bool>* found) {
+  std::vector<std::string> out(keys.size());
+  found->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    bool f = false;
+    out[i] = request('G', keys[i], "", &f);
+    (*found)[i] = f;
+  }
+  return out;
+}
+
+std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, double timeout_s) {
+  const auto t0 = Clock::now();
+  std::vector<bool> found;
+  for (;;) {
+    std::vector<std::string> v = try_get(keys, &found);
+    std::string missing;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!found[i]) missing += (missing.empty() ? "" : ", ") + keys[i];
+    if (missing.empty()) return v;
+    if (seconds_since(t0) > timeout_s)
+      fail(DP_ERR_IO, "store at " + address_ + ": still no " + missing + " after " + std::to_string(int(timeout_s)) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void rendezvous(TcpStore& store, const DistConfig& c) {
+  const std::string world = std::to_string(c.world_size);
+  store.set("dp/rank/" + std::to_string(c.rank), world);
+  std::vector<std::string> keys;
+  for (int r = 0; r < c.world_size; ++r) keys.push_back("dp/rank/" + std::to_string(r));
+  const auto t0 = Clock::now();
+  std::vector<bool> found;
+  for (;;) {
+    std::vector<std::string> v = store.try_get(keys, &found);
+    std::string missing;
+    int nmissing = 0;
+    for (int r = 0; r < c.world_size; ++r) {
+      if (found[r] && v[r] != world)
+        fail(DP_ERR_IO, "rank " + std::to_string(r) + " joined a world of " + v[r] + " processes, rank " +
+                            std::to_string(c.rank) + " one of " + world + " (WORLD_SIZE differs between the processes)");
+      if (!found[r]) missing += (nmissing++ ? ", " : "") + std::to_string(r);
+    }
+    if (nmissing == 0) break;
+    if (seconds_since(t0) > c.timeout_s)
+      fail(DP_ERR_IO, std::string(nmissing > 1 ? "ranks " : "rank ") + missing + " of " + world + " did not join within " +
+                          std::to_string(int(c.timeout_s)) + " s (store at " + store.address() +
+                          "; DP_COMM_TIMEOUT sets the limit)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Rank 0 serves the store: it leaves only once every rank has seen everyone.
+  store.set("dp/joined/" + std::to_string(c.rank), "1");
+  if (c.rank == 0) {
+    std::vector<std::string> joined;
+    for (int r = 0; r < c.world_size; ++r) joined.push_back("dp/joined/" + std::to_string(r));
+    store.get(joined, c.timeout_s);
+  }
+}
+
+}  // namespace dp

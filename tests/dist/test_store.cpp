@@ -1,0 +1,192 @@
+// Start-up of a process group (dist/store.h) with real processes over
+// loopback: ranks forked from this test find each other through rank 0's
+// store; a rank that never comes, a world size that differs and a port
+// nobody serves end in an error naming what is wrong, within the time limit,
+// never a hang. And the launchers' environments parse as they should.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/store.h"
+
+namespace {
+
+// A port nobody listens on right now (the kernel's pick, released).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Outcome {
+  int status = -1;      // the child's exit code; -1: killed at the deadline
+  std::string message;  // its error, if any
+};
+
+// Runs each function in a child process; their results, in order. A child
+// still running after `deadline_s` is killed (and reported as -1).
+std::vector<Outcome> run_ranks(const std::vector<std::function<void()>>& ranks, double deadline_s) {
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (const auto& f : ranks) {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(p[0]);
+      int code = 0;
+      std::string msg;
+      try {
+        f();
+      } catch (const std::exception& e) {
+        msg = e.what();
+        code = 1;
+      }
+      if (!msg.empty()) (void)!::write(p[1], msg.data(), msg.size());
+      ::_exit(code);
+    }
+    ::close(p[1]);
+    pids.push_back(pid);
+    pipes.push_back(p[0]);
+  }
+  std::vector<Outcome> out(ranks.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int st = 0;
+    while (::waitpid(pids[i], &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(deadline_s)) {
+        ::kill(pids[i], SIGKILL);
+        ::waitpid(pids[i], &st, 0);
+        st = -1;
+        break;
+      }
+      ::usleep(10000);
+    }
+    out[i].status = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    char buf[1024];
+    ssize_t n;
+    while ((n = ::read(pipes[i], buf, sizeof buf)) > 0) out[i].message.append(buf, static_cast<size_t>(n));
+    ::close(pipes[i]);
+  }
+  return out;
+}
+
+std::function<void()> rank_fn(int rank, int world, int port, double timeout_s) {
+  return [=] {
+    dp::DistConfig c;
+    c.rank = rank;
+    c.world_size = world;
+    c.master_port = port;
+    c.timeout_s = timeout_s;
+    dp::TcpStore store(c.master_addr, c.master_port, rank == 0, c.timeout_s);
+    dp::rendezvous(store, c);
+    // After the rendezvous the store still works for everyone.
+    store.set("hello/" + std::to_string(rank), std::to_string(rank * 10));
+    auto v = store.get({"hello/0"}, c.timeout_s);
+    if (v[0] != "0") throw std::runtime_error("hello/0 is '" + v[0] + "'");
+  };
+}
+
+}  // namespace
+
+TEST_CASE("three processes find each other through rank 0's store") {
+  const int port = free_port();
+  // Rank 0 last: the others wait for its store.
+  auto out = run_ranks({rank_fn(1, 3, port, 10), rank_fn(2, 3, port, 10), rank_fn(0, 3, port, 10)}, 30);
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    CHECK(o.status == 0);
+  }
+}
+
+TEST_CASE("a rank that never joins: every other rank fails within the time limit, naming it and the address") {
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = run_ranks({rank_fn(0, 3, port, 2), rank_fn(1, 3, port, 2)}, 30);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    CHECK(o.status == 1);
+    CHECK(o.message.find("rank 2 of 3 did not join within 2 s") != std::string::npos);
+    CHECK(o.message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  }
+  CHECK(took < 15);
+}
+
+TEST_CASE("world sizes that differ between processes: a clear error") {
+  const int port = free_port();
+  auto out = run_ranks({rank_fn(0, 2, port, 3), rank_fn(1, 3, port, 3)}, 30);
+  CAPTURE(out[1].message);
+  CHECK(out[1].status == 1);
+  CHECK(out[1].message.find("rank 0 joined a world of 2 processes, rank 1 one of 3") != std::string::npos);
+  CHECK(out[0].status == 1);  // rank 0 never sees the rank 1 of its world of 2 finish
+}
+
+TEST_CASE("a port nobody serves: the error names the address, within the time limit") {
+  const int port = free_port();
+  auto out = run_ranks({rank_fn(1, 2, port, 1)}, 30);
+  CAPTURE(out[0].message);
+  CHECK(out[0].status == 1);
+  CHECK(out[0].message.find("cannot reach the store of rank 0 at 127.0.0.1:" + std::to_string(port) + " within 1 s") !=
+        std::string::npos);
+  CHECK(out[0].message.find("MASTER_PORT") != std::string::npos);
+}
+
+TEST_CASE("launchers' environments: torchrun, mpirun, Slurm, and what is wrong with a bad one") {
+  const char* all[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                       "SLURM_LOCALID", "DP_COMM_TIMEOUT"};
+  auto clear = [&] {
+    for (const char* v : all) unsetenv(v);
+  };
+  clear();
+  dp::DistConfig c = dp::dist_config_from_env();
+  CHECK(c.launcher == "");
+  CHECK(c.world_size == 1);
+  CHECK(c.master_port == 29500);
+
+  setenv("RANK", "1", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "node7", 1), setenv("MASTER_PORT", "1234", 1), setenv("DP_COMM_TIMEOUT", "30", 1);
+  c = dp::dist_config_from_env();
+  CHECK(c.launcher == "torchrun");
+  CHECK((c.rank == 1 && c.world_size == 4 && c.local_rank == 1));
+  CHECK((c.master_addr == "node7" && c.master_port == 1234 && c.timeout_s == 30));
+  clear();
+
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1), setenv("OMPI_COMM_WORLD_SIZE", "3", 1), setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  c = dp::dist_config_from_env();
+  CHECK((c.launcher == "mpirun" && c.rank == 2 && c.world_size == 3 && c.local_rank == 0));
+  clear();
+
+  setenv("SLURM_PROCID", "0", 1), setenv("SLURM_NTASKS", "2", 1);
+  c = dp::dist_config_from_env();
+  CHECK((c.launcher == "slurm" && c.rank == 0 && c.world_size == 2));
+  clear();
+
+  setenv("RANK", "4", 1), setenv("WORLD_SIZE", "4", 1);
+  CHECK_THROWS_WITH(dp::dist_config_from_env(), doctest::Contains("RANK=4 is outside the world of WORLD_SIZE=4"));
+  clear();
+  setenv("RANK", "0", 1);
+  CHECK_THROWS_WITH(dp::dist_config_from_env(), doctest::Contains("RANK is set but WORLD_SIZE is not"));
+  clear();
+  setenv("MASTER_PORT", "http", 1);
+  CHECK_THROWS_WITH(dp::dist_config_from_env(), doctest::Contains("MASTER_PORT=\"http\": expected an integer in [1, 65535]"));
+  clear();
+}

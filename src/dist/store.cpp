@@ -279,28 +279,51 @@ std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, dou
   }
 }
 
+// A rank that gives up tells the others why ("dp/abort"), so that they fail
+// with the reason rather than with rank 0's store vanishing under them;
+// rank 0 keeps serving until the ranks that joined have read it (or 2 s).
 void rendezvous(TcpStore& store, const DistConfig& c) {
   const std::string world = std::to_string(c.world_size);
   store.set("dp/rank/" + std::to_string(c.rank), world);
   std::vector<std::string> keys;
   for (int r = 0; r < c.world_size; ++r) keys.push_back("dp/rank/" + std::to_string(r));
+  keys.push_back("dp/abort");
   const auto t0 = Clock::now();
   std::vector<bool> found;
   for (;;) {
     std::vector<std::string> v = store.try_get(keys, &found);
-    std::string missing;
+    if (found.back()) {  // another rank gave up
+      store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
+      fail(DP_ERR_IO, v.back());
+    }
+    std::string missing, why;
     int nmissing = 0;
-    for (int r = 0; r < c.world_size; ++r) {
+    for (int r = 0; r < c.world_size && why.empty(); ++r) {
       if (found[r] && v[r] != world)
-        fail(DP_ERR_IO, "rank " + std::to_string(r) + " joined a world of " + v[r] + " processes, rank " +
-                            std::to_string(c.rank) + " one of " + world + " (WORLD_SIZE differs between the processes)");
+        why = "rank " + std::to_string(r) + " joined a world of " + v[r] + " processes, rank " + std::to_string(c.rank) +
+              " one of " + world + " (WORLD_SIZE differs between the processes)";
       if (!found[r]) missing += (nmissing++ ? ", " : "") + std::to_string(r);
     }
-    if (nmissing == 0) break;
-    if (seconds_since(t0) > c.timeout_s)
-      fail(DP_ERR_IO, std::string(nmissing > 1 ? "ranks " : "rank ") + missing + " of " + world + " did not join within " +
-                          std::to_string(int(c.timeout_s)) + " s (store at " + store.address() +
-                          "; DP_COMM_TIMEOUT sets the limit)");
+    if (why.empty() && nmissing == 0) break;
+    if (why.empty() && seconds_since(t0) > c.timeout_s)
+      why = std::string(nmissing > 1 ? "ranks " : "rank ") + missing + " of " + world + " did not join within " +
+            std::to_string(int(c.timeout_s)) + " s (store at " + store.address() + "; DP_COMM_TIMEOUT sets the limit)";
+    if (!why.empty()) {
+      store.set("dp/abort", why);
+      if (c.rank == 0) {
+        const auto t1 = Clock::now();
+        for (bool all = false; !all && seconds_since(t1) < 2;) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          all = true;
+          for (int r = 1; r < c.world_size && all; ++r) {
+            std::vector<bool> f;
+            store.try_get({"dp/rank/" + std::to_string(r), "dp/abort_seen/" + std::to_string(r)}, &f);
+            all = !f[0] || f[1];  // not joined, or has read the reason
+          }
+        }
+      }
+      fail(DP_ERR_IO, why);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // Rank 0 serves the store: it leaves only once every rank has seen everyone.

@@ -4,11 +4,6 @@
 // nobody serves end in an error naming what is wrong, within the time limit,
 // never a hang. And the launchers' environments parse as they should.
 #include <doctest/doctest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -18,77 +13,11 @@
 
 #include "core/error.h"
 #include "dist/store.h"
+#include "ranks.h"
 
 namespace {
 
-// A port nobody listens on right now (the kernel's pick, released).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-struct Outcome {
-  int status = -1;      // the child's exit code; -1: killed at the deadline
-  std::string message;  // its error, if any
-};
-
-// Runs each function in a child process; their results, in order. A child
-// still running after `deadline_s` is killed (and reported as -1).
-std::vector<Outcome> run_ranks(const std::vector<std::function<void()>>& ranks, double deadline_s) {
-  std::vector<pid_t> pids;
-  std::vector<int> pipes;
-  for (const auto& f : ranks) {
-    int p[2];
-    REQUIRE(::pipe(p) == 0);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(p[0]);
-      int code = 0;
-      std::string msg;
-      try {
-        f();
-      } catch (const std::exception& e) {
-        msg = e.what();
-        code = 1;
-      }
-      if (!msg.empty()) (void)!::write(p[1], msg.data(), msg.size());
-      ::_exit(code);
-    }
-    ::close(p[1]);
-    pids.push_back(pid);
-    pipes.push_back(p[0]);
-  }
-  std::vector<Outcome> out(ranks.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int st = 0;
-    while (::waitpid(pids[i], &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(deadline_s)) {
-        ::kill(pids[i], SIGKILL);
-        ::waitpid(pids[i], &st, 0);
-        st = -1;
-        break;
-      }
-      ::usleep(10000);
-    }
-    out[i].status = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    char buf[1024];
-    ssize_t n;
-    while ((n = ::read(pipes[i], buf, sizeof buf)) > 0) out[i].message.append(buf, static_cast<size_t>(n));
-    ::close(pipes[i]);
-  }
-  return out;
-}
-
-std::function<void()> rank_fn(int rank, int world, int port, double timeout_s) {
+RankFn rank_fn(int rank, int world, int port, double timeout_s) {
   return [=] {
     dp::DistConfig c;
     c.rank = rank;
@@ -101,6 +30,7 @@ std::function<void()> rank_fn(int rank, int world, int port, double timeout_s) {
     store.set("hello/" + std::to_string(rank), std::to_string(rank * 10));
     auto v = store.get({"hello/0"}, c.timeout_s);
     if (v[0] != "0") throw std::runtime_error("hello/0 is '" + v[0] + "'");
+    return std::string();
   };
 }
 

@@ -1,0 +1,135 @@
+#include "dist/gloo_comm.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dp {
+
+namespace {
+
+// Gloo's rendezvous through dp's store.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(TcpStore& store, double timeout_s) : store_(store), timeout_s_(timeout_s) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string v = store_.get({key}, timeout_s_)[0];
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.get(keys, timeout_s_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    store_.get(keys, static_cast<double>(timeout.count()) / 1000);
+  }
+
+ private:
+  TcpStore& store_;
+  double timeout_s_;
+};
+
+}  // namespace
+
+struct GlooComm::Impl {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::chrono::milliseconds timeout{0};
+  uint32_t tag = 0;  // every collective its own, the same on every rank
+};
+
+GlooComm::GlooComm(TcpStore& store, const DistConfig& c) : impl_(std::make_unique<Impl>()), rank_(c.rank), world_size_(c.world_size) {
+  set_timeout_s(c.timeout_s);
+  impl_->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = c.master_addr == "127.0.0.1" || c.master_addr == "localhost" ? "127.0.0.1" : "";
+    impl_->device = gloo::transport::tcp::CreateDevice(attr);
+    impl_->context = std::make_shared<gloo::rendezvous::Context>(c.rank, c.world_size);
+    impl_->context->setTimeout(impl_->timeout);
+    StoreAdapter adapter(store, c.timeout_s);
+    gloo::rendezvous::PrefixStore prefixed("dp/gloo", adapter);
+    impl_->context->connectFullMesh(prefixed, impl_->device);
+  } catch (const std::exception& e) {
+    fail(DP_ERR_IO, "rank " + std::to_string(c.rank) + " could not connect to the other " +
+                        std::to_string(c.world_size - 1) + " rank(s) with Gloo: " + e.what());
+  }
+}
+
+GlooComm::~GlooComm() = default;
+
+// Runs one Gloo collective; any failure breaks the communicator for good.
+template <class F>
+void GlooComm::guarded(const char* what, F&& f) {
+  if (!broken_.empty()) fail(DP_ERR_IO, broken_);
+  try {
+    f();
+  } catch (const std::exception& e) {
+    abort(std::string(what) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
+          e.what() + " (a peer died, left, or did not answer within " + std::to_string(int(timeout_s())) +
+          " s: DP_COMM_TIMEOUT)");
+    fail(DP_ERR_IO, broken_);
+  }
+}
+
+void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count) {
+  if (member != rank_ || !in) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce: member must be this rank, with an input");
+  if (count <= 0) return;
+  guarded("an all-reduce", [&] {
+    if (in != out) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+    gloo::AllreduceOptions opts(impl_->context);
+    opts.setOutput(out, static_cast<size_t>(count));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(impl_->tag++);
+    opts.setTimeout(impl_->timeout);
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooComm::broadcast(int member, float* data, int64_t count, int root) {
+  if (member != rank_) fail(DP_ERR_INTERNAL, "GlooComm::broadcast: member must be this rank");
+  if (count <= 0) return;
+  guarded("a broadcast", [&] {
+    gloo::BroadcastOptions opts(impl_->context);
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setRoot(root);
+    opts.setTag(impl_->tag++);
+    opts.setTimeout(impl_->timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+void GlooComm::barrier(int member) {
+  if (member != rank_) fail(DP_ERR_INTERNAL, "GlooComm::barrier: member must be this rank");
+  guarded("a barrier", [&] {
+    gloo::BarrierOptions opts(impl_->context);
+    opts.setTag(impl_->tag++);
+    opts.setTimeout(impl_->timeout);
+    gloo::barrier(opts);
+  });
+}
+
+void GlooComm::wait(int) {
+  if (!broken_.empty()) fail(DP_ERR_IO, broken_);
+}
+
+void GlooComm::abort(const std::string& why) {
+  if (!broken_.empty()) return;
+  broken_ = why + "; this process group cannot be used again";
+  try {
+    impl_->context->closeConnections();  // the other ranks fail now, not at their time limit
+  } catch (...) {
+  }
+}
+
+}  // namespace dp

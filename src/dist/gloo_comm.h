@@ -1,0 +1,46 @@
+// The communicator of a process group's processes, over Gloo's TCP
+// transport (bench/comm_engines/README.md says why Gloo): one member per
+// process, this one being config.rank. Collectives complete before they
+// return. Each has a time limit (config.timeout_s); a peer that died or
+// timed out fails the call with DP_ERR_IO, closes this process's
+// connections so that every other rank fails at once too, and leaves the
+// communicator broken (reset() is false): the process group must be made
+// again. Built only where Gloo is found (DP_HAVE_GLOO).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/store.h"
+#include "engine/comm.h"
+
+namespace dp {
+
+class GlooComm final : public Communicator {
+ public:
+  // Connects to every other rank, through the rendezvous `store` (which
+  // must have seen every rank join: rendezvous()). Throws DP_ERR_IO.
+  GlooComm(TcpStore& store, const DistConfig& config);
+  ~GlooComm() override;
+
+  int size() const override { return world_size_; }
+  int rank() const { return rank_; }
+  // `member` must be this process's rank; `in` must not be null. Sums are
+  // bitwise the same run to run for one world size (Gloo's ring order).
+  void all_reduce(int member, const float* in, float* out, int64_t count) override;
+  void broadcast(int member, float* data, int64_t count, int root) override;
+  void barrier(int member) override;
+  void wait(int member) override;
+  void abort(const std::string& why) override;
+  bool reset() override { return broken_.empty(); }
+
+ private:
+  struct Impl;
+  template <class F>
+  void guarded(const char* what, F&& f);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, world_size_ = 1;
+  std::string broken_;
+};
+
+}  // namespace dp

@@ -9,6 +9,9 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -39,6 +42,34 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// Writing to a connection whose peer died raises SIGPIPE, whose default
+// action ends the process: a survivor would die instead of getting an
+// error. While Gloo runs, this thread blocks SIGPIPE (threads Gloo starts
+// meanwhile inherit the block); one raised meanwhile is taken back before
+// the caller's mask returns. The process's own handling is left alone.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~NoSigpipe() {
+    if (sigismember(&old_, SIGPIPE)) return;  // blocked already by the caller
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    timespec zero{0, 0};
+    while (sigtimedwait(&pipe, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+};
+
 }  // namespace
 
 struct GlooComm::Impl {
@@ -51,6 +82,7 @@ struct GlooComm::Impl {
 GlooComm::GlooComm(TcpStore& store, const DistConfig& c) : impl_(std::make_unique<Impl>()), rank_(c.rank), world_size_(c.world_size) {
   set_timeout_s(c.timeout_s);
   impl_->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
+  NoSigpipe no_sigpipe;  // Gloo's threads start here, and keep SIGPIPE blocked
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = c.master_addr == "127.0.0.1" || c.master_addr == "localhost" ? "127.0.0.1" : "";
@@ -72,6 +104,7 @@ GlooComm::~GlooComm() = default;
 template <class F>
 void GlooComm::guarded(const char* what, F&& f) {
   if (!broken_.empty()) fail(DP_ERR_IO, broken_);
+  NoSigpipe no_sigpipe;
   try {
     f();
   } catch (const std::exception& e) {
@@ -126,6 +159,7 @@ void GlooComm::wait(int) {
 void GlooComm::abort(const std::string& why) {
   if (!broken_.empty()) return;
   broken_ = why + "; this process group cannot be used again";
+  NoSigpipe no_sigpipe;
   try {
     impl_->context->closeConnections();  // the other ranks fail now, not at their time limit
   } catch (...) {

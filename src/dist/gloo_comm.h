@@ -5,7 +5,8 @@
 // timed out fails the call with DP_ERR_IO, closes this process's
 // connections so that every other rank fails at once too, and leaves the
 // communicator broken (reset() is false): the process group must be made
-// again. Built only where Gloo is found (DP_HAVE_GLOO).
+// again. A dead peer never kills this process through SIGPIPE (Gloo runs
+// with it blocked). Built only where Gloo is found (DP_HAVE_GLOO).
 #pragma once
 #include <memory>
 #include <string>

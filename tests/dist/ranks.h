@@ -75,6 +75,7 @@ std::vector<Outcome> run_ranks(const std::vector<RankFn>& ranks, double deadline
       ::usleep(10000);
     }
     out[i].status = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    if (st != -1 && WIFSIGNALED(st)) out[i].message = "killed by signal " + std::to_string(WTERMSIG(st)) + ": ";
     char buf[1024];
     ssize_t n;
     while ((n = ::read(pipes[i], buf, sizeof buf)) > 0) out[i].message.append(buf, static_cast<size_t>(n));

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/store.h"
+
 namespace {
 
 // A port nobody listens on right now (the kernel's pick, released).
@@ -82,6 +84,22 @@ std::vector<Outcome> run_ranks(const std::vector<RankFn>& ranks, double deadline
     ::close(pipes[i]);
   }
   return out;
+}
+
+// Rank `rank` of `world` on loopback: the store (served by rank 0 at
+// `port`) after every rank has joined, for `body` to use.
+template <class F>
+RankFn joined_rank(int rank, int world, int port, double timeout_s, F body) {
+  return [=] {
+    dp::DistConfig c;
+    c.rank = rank;
+    c.world_size = world;
+    c.master_port = port;
+    c.timeout_s = timeout_s;
+    dp::TcpStore store(c.master_addr, c.master_port, rank == 0, c.timeout_s);
+    dp::rendezvous(store, c);
+    return body(store, c);
+  };
 }
 
 }  // namespace

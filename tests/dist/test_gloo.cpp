@@ -37,17 +37,10 @@ uint64_t hash_of(const std::vector<float>& v) {
 
 template <class F>
 RankFn in_group(int rank, int world, int port, double timeout_s, F body) {
-  return [=] {
-    dp::DistConfig c;
-    c.rank = rank;
-    c.world_size = world;
-    c.master_port = port;
-    c.timeout_s = timeout_s;
-    dp::TcpStore store(c.master_addr, c.master_port, rank == 0, c.timeout_s);
-    dp::rendezvous(store, c);
+  return joined_rank(rank, world, port, timeout_s, [body](dp::TcpStore& store, const dp::DistConfig& c) {
     dp::GlooComm comm(store, c);
     return body(comm);
-  };
+  });
 }
 
 // Every rank's result of one all-reduce of n floats: its hash, and whether it

@@ -18,20 +18,13 @@
 namespace {
 
 RankFn rank_fn(int rank, int world, int port, double timeout_s) {
-  return [=] {
-    dp::DistConfig c;
-    c.rank = rank;
-    c.world_size = world;
-    c.master_port = port;
-    c.timeout_s = timeout_s;
-    dp::TcpStore store(c.master_addr, c.master_port, rank == 0, c.timeout_s);
-    dp::rendezvous(store, c);
+  return joined_rank(rank, world, port, timeout_s, [rank](dp::TcpStore& store, const dp::DistConfig& c) {
     // After the rendezvous the store still works for everyone.
     store.set("hello/" + std::to_string(rank), std::to_string(rank * 10));
     auto v = store.get({"hello/0"}, c.timeout_s);
     if (v[0] != "0") throw std::runtime_error("hello/0 is '" + v[0] + "'");
     return std::string();
-  };
+  });
 }
 
 }  // namespace

@@ -83,9 +83,6 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  int size() const { return n_; }
-  Model& model() { return model_; }
-
   // Runs plan.job on every replica at once and waits for all of it,
   // gradient buckets included; then loss(r), correct(r), stats(r) hold the
   // results. Throws dp::Error; the engine stays usable unless it says

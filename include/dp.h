@@ -50,7 +50,9 @@ typedef enum dp_status {
   DP_ERR_NUMERIC = 7,          /* a NaN or infinite loss */
   DP_ERR_OUT_OF_MEMORY = 8,
   DP_ERR_PLUGIN = 9,
-  DP_ERR_INTERNAL = 10         /* a bug in dp: please report it */
+  DP_ERR_INTERNAL = 10,        /* a bug in dp: please report it */
+  DP_ERR_COMM = 11             /* another process of the process group died, left, or did not
+                                  answer within DP_COMM_TIMEOUT; the group cannot be used again */
 } dp_status;
 
 typedef enum dp_dtype { DP_F32 = 0, DP_I64 = 1 } dp_dtype;
@@ -231,6 +233,61 @@ DP_API dp_status dp_group_zero_grad(dp_group* g);
  * order (idle devices are not listed). */
 DP_API dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capacity, int* count);
 
+/* ---- Process groups: one group over the devices of several processes. ----
+ * Processes on one machine or many train one model as if all their devices
+ * were in one group (docs/distributed.md). Each process joins a process
+ * group, then creates its group with dp_group_create_distributed from the
+ * same model JSON, naming its own devices; every process then makes the
+ * same calls in the same order. The global batch is split over all
+ * processes' devices in rank order by the group's split rule; each process
+ * passes only its rows of it (a loader sharded with dp_loader_shard reads
+ * exactly those), and gets the global batch's loss, accuracy, batch-norm
+ * statistics and gradients, so results do not depend on the number of
+ * processes. Processes communicate over TCP with Gloo (CPU devices; GPUs
+ * across processes are not built yet).
+ *
+ * A process that dies or stops answering fails its peers' calls with
+ * DP_ERR_COMM within DP_COMM_TIMEOUT seconds (default 300); after
+ * DP_ERR_COMM the process group and its groups cannot be used again.
+ * Errors every process detects alike (differing models, a refused input, a
+ * NaN loss) leave everything usable, on every process. */
+typedef struct dp_process_group dp_process_group;
+/* Joins the process group and returns once every process has (a collective
+ * call). config_json NULL or "" reads the launcher's environment: torchrun,
+ * Slurm-style and Kubernetes jobs (RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT), Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
+ * _SIZE, _LOCAL_RANK) or srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID);
+ * with none of them, a world of one process. A JSON object's keys override
+ * them: {"rank": 1, "world_size": 2, "local_rank": 1, "master_addr":
+ * "10.0.0.1", "master_port": 29500, "timeout_s": 300}. Rank 0 serves the
+ * start-up store at master_addr:master_port. Errors: DP_ERR_COMM naming the
+ * ranks still missing after the timeout and the address tried, or a
+ * differing world size; DP_ERR_IO when rank 0 cannot listen there. *out is
+ * owned by the caller; destroy it after the groups created on it (they keep
+ * it alive until then). */
+DP_API dp_status dp_process_group_create(const char* config_json, dp_process_group** out);
+DP_API void dp_process_group_destroy(dp_process_group* pg);
+DP_API dp_status dp_process_group_rank(const dp_process_group* pg, int* rank);
+DP_API dp_status dp_process_group_world_size(const dp_process_group* pg, int* world_size);
+/* The process's rank among those on its machine (LOCAL_RANK). */
+DP_API dp_status dp_process_group_local_rank(const dp_process_group* pg, int* local_rank);
+/* The group's processes on this machine (those with this host name): they
+ * share its cores. */
+DP_API dp_status dp_process_group_local_world_size(const dp_process_group* pg, int* local_world_size);
+/* Returns once every process has called it. */
+DP_API dp_status dp_process_group_barrier(dp_process_group* pg);
+/* A group over this process's `devices` ("cpu:0,cpu:1"), part of one group
+ * over every process's devices (a collective call). Every process starts
+ * from rank 0's parameters and buffers. DP_ERR_INVALID_ARGUMENT on every
+ * process when their models differ, naming the rank and what differs.
+ * dp_group_forward returns this process's rows; dp_group_train_step and
+ * dp_group_evaluate the global batch's loss and accuracy; dp_group_last_split
+ * this process's devices' rows; dp_checkpoint_save writes on rank 0 only,
+ * and dp_checkpoint_load reads on every process. */
+DP_API dp_status dp_group_create_distributed(dp_model* m, const char* devices, dp_process_group* pg, dp_group** out);
+/* The devices of all processes, and where this process's begin among them. */
+DP_API dp_status dp_group_global_devices(const dp_group* g, int* count, int* first);
+
 /* ---- Optimizers: JSON config, PyTorch's names and update formulas. ----
  * {"type": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0, "nesterov": false, "weight_decay": 0}
  * {"type": "adam" | "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0} */
@@ -314,6 +371,15 @@ DP_API dp_status dp_loader_next(dp_loader* loader, dp_tensor* input, dp_tensor* 
 DP_API dp_status dp_loader_position(const dp_loader* loader, int64_t* epoch, int64_t* batch);
 /* Continues from a position (a checkpoint's). */
 DP_API dp_status dp_loader_seek(dp_loader* loader, int64_t epoch, int64_t batch);
+/* A distributed sampler: from now on the loader reads only this process's
+ * rows of each global batch (its devices' share under g's split rule at
+ * this call), so that the processes' loaders together read every batch
+ * once, in the order of one process's loader (the same seed, shuffle and
+ * batch size on every process). dp_loader_next then returns in *rows the
+ * global batch's rows, so that every process's loop ends together, and
+ * resizes the tensors to this process's rows (possibly 0). Call it before
+ * the loader's first batch. */
+DP_API dp_status dp_loader_shard(dp_loader* loader, const dp_group* g);
 
 /* ---- Weights and checkpoints: safetensors files. ---- */
 /* Parameters and buffers by name ("0.weight", "bn.running_mean"), as

@@ -74,6 +74,7 @@ const char* dp_status_name(dp_status s) {
     case DP_ERR_OUT_OF_MEMORY: return "DP_ERR_OUT_OF_MEMORY";
     case DP_ERR_PLUGIN: return "DP_ERR_PLUGIN";
     case DP_ERR_INTERNAL: return "DP_ERR_INTERNAL";
+    case DP_ERR_COMM: return "DP_ERR_COMM";
   }
   return "DP_ERR_UNKNOWN";
 }
@@ -446,6 +447,8 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   auto o = std::make_unique<dp_optimizer>();
   o->group = g;
   o->opt = dp::Optimizer::from_json(json_config, g->group->model().num_params());
+  // Every process must update alike (the JSON as given: the same file or string everywhere).
+  if (dp::ProcessGroup* pg = g->group->process_group()) pg->check_same("optimizer config", json_config);
   *out = o.release();
   DP_GUARD_END
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "capi/guard.h"
 #include "capi/handles.h"
@@ -18,6 +19,32 @@ namespace {
 
 void loader_call(dp_status s) {
   if (s != DP_OK) fail(s, std::string("loader: ") + dp_last_error());
+}
+
+// Runs f; with processes, every process then learns whether it failed on
+// any of them, and fails too, naming the first rank that did.
+void all_agree(const dp_group* g, const std::string& what, const std::function<void()>& f) {
+  dp::ProcessGroup* pg = g->group->process_group();
+  if (!pg) return f();
+  dp_status mine = DP_OK;
+  std::string message;
+  try {
+    f();
+  } catch (const dp::Error& e) {
+    mine = e.status();
+    message = e.what();
+  } catch (const std::bad_alloc&) {
+    mine = DP_ERR_OUT_OF_MEMORY;
+    message = "out of memory";
+  }
+  std::vector<double> status(static_cast<size_t>(pg->world_size()), 0.0);
+  status[static_cast<size_t>(pg->rank())] = mine;
+  pg->comm()->all_reduce_f64(pg->rank(), status.data(), static_cast<int64_t>(status.size()));
+  if (mine != DP_OK) fail(mine, message);
+  for (int r = 0; r < pg->world_size(); ++r)
+    if (status[static_cast<size_t>(r)] != 0)
+      fail(static_cast<dp_status>(static_cast<int>(status[static_cast<size_t>(r)])),
+           "rank " + std::to_string(r) + " could not " + what + " (its error says why)");
 }
 
 }  // namespace
@@ -45,7 +72,12 @@ dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optim
   DP_CHECK_ARG(!opt || opt->group == g, "the optimizer was created for another group");
   dp::io::LoaderPosition pos;
   if (loader) loader_call(dp_loader_position(loader, &pos.epoch, &pos.batch));
-  dp::io::save_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &pos : nullptr, user_metadata_json);
+  // With processes, rank 0 writes (every process holds the same state), and
+  // every process learns whether it did.
+  all_agree(g, "write the checkpoint " + std::string(path), [&] {
+    if (!g->group->process_group() || g->group->process_group()->rank() == 0)
+      dp::io::save_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &pos : nullptr, user_metadata_json);
+  });
   DP_GUARD_END
 }
 
@@ -56,7 +88,9 @@ dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, d
   std::function<void(const dp::io::LoaderPosition&)> seek = [loader](const dp::io::LoaderPosition& p) {
     loader_call(dp_loader_seek(loader, p.epoch, p.batch));
   };
-  dp::io::load_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &seek : nullptr);
+  all_agree(g, "read the checkpoint " + std::string(path), [&] {
+    dp::io::load_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &seek : nullptr);
+  });
   DP_GUARD_END
 }
 

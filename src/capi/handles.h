@@ -36,8 +36,13 @@ struct dp_tensor {
   }
 };
 
+struct dp_process_group {
+  std::shared_ptr<dp::ProcessGroup> pg;
+};
+
 struct dp_group {
   dp_model* model;
+  std::shared_ptr<dp::ProcessGroup> procs;  // kept alive while the group lives (declared first: destroyed last)
   std::unique_ptr<dp::Group> group;
 };
 

@@ -35,6 +35,7 @@ using Optimizer = std::unique_ptr<dp_optimizer, Deleter<dp_optimizer, dp_optimiz
 using Tensor = std::unique_ptr<dp_tensor, Deleter<dp_tensor, dp_tensor_destroy>>;
 using Dataset = std::unique_ptr<dp_dataset, Deleter<dp_dataset, dp_dataset_destroy>>;
 using Loader = std::unique_ptr<dp_loader, Deleter<dp_loader, dp_loader_destroy>>;
+using ProcessGroup = std::unique_ptr<dp_process_group, Deleter<dp_process_group, dp_process_group_destroy>>;
 
 // --data: a training and a test set.
 struct Data {
@@ -44,8 +45,16 @@ struct Data {
 // "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic:N".
 Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed);
 
-// "auto" (one CPU device per core) or a list as dp_group_create takes it.
-std::string resolve_devices(const std::string& spec);
+// "auto" (one CPU device per core) or a list as dp_group_create takes it;
+// local_processes > 0: in a process group with that many processes on this
+// machine, which share its cores.
+std::string resolve_devices(const std::string& spec, int local_processes = 0);
+
+// When a launcher started this process (torchrun, mpirun, srun: WORLD_SIZE,
+// OMPI_COMM_WORLD_SIZE or SLURM_NTASKS is set) in a world of more than one
+// process: joins it (dp_process_group_create from the environment) and sets
+// *local_processes to the processes on this machine. Else null.
+ProcessGroup join_if_launched(int* local_processes);
 
 // Progress on stderr: redrawn in place at most ten times a second on a
 // terminal, a plain line every few seconds otherwise.

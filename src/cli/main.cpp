@@ -35,6 +35,7 @@ static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths)
 }
 
 static volatile std::sig_atomic_t g_stop = 0;
+static int g_rank = -1;  // in a process group: this process's rank (errors name it)
 static void on_sigint(int) { g_stop = 1; }
 
 static Model load_model(dp_context* ctx, const std::string& path) {
@@ -43,9 +44,12 @@ static Model load_model(dp_context* ctx, const std::string& path) {
   return Model(m);
 }
 
-static Group make_group(dp_model* m, const std::string& devices, int64_t threads) {
+static Group make_group(dp_model* m, const std::string& devices, int64_t threads, dp_process_group* pg = nullptr) {
   dp_group* g = nullptr;
-  check(dp_group_create(m, resolve_devices(devices).c_str(), &g), "--devices");
+  if (pg)
+    check(dp_group_create_distributed(m, devices.c_str(), pg, &g), "--devices");
+  else
+    check(dp_group_create(m, resolve_devices(devices).c_str(), &g), "--devices");
   Group group(g);
   check(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, threads), "--threads");
   check(dp_group_set_option(g, DP_GROUP_CUDNN_BENCHMARK, g_cudnn_benchmark ? 1 : 0), "--cudnn-benchmark");
@@ -112,16 +116,31 @@ static int train(const TrainOptions& o) {
   Context ctx(c);
   Model model = load_model(c, o.model);
   Data data = open_data(c, o.data, model.get(), static_cast<uint64_t>(o.seed));
-  std::string devices = resolve_devices(o.devices);
-  Group group = make_group(model.get(), devices, o.threads);
+  // Under torchrun, mpirun or srun: one group over every process's devices,
+  // each process reading its own rows of each batch; rank 0 reports and
+  // writes the checkpoints and files.
+  int local_processes = 0, rank = 0, world = 1;
+  ProcessGroup pg = join_if_launched(&local_processes);
+  if (pg) {
+    check(dp_process_group_rank(pg.get(), &rank), "process group");
+    check(dp_process_group_world_size(pg.get(), &world), "process group");
+    g_rank = rank;
+  }
+  const bool lead = rank == 0;
+  std::string devices = resolve_devices(o.devices, local_processes);
+  Group group = make_group(model.get(), devices, o.threads, pg.get());
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
   Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed, on_gpus(devices));
   Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed, on_gpus(devices));
+  if (pg) {
+    check(dp_loader_shard(train_loader.get(), group.get()), "training data");
+    check(dp_loader_shard(test_loader.get(), group.get()), "test data");
+  }
   if (!o.resume.empty()) check(dp_checkpoint_load(o.resume.c_str(), group.get(), opt.get(), train_loader.get()), "--resume");
   std::ofstream log;
-  if (!o.log.empty()) {
+  if (!o.log.empty() && lead) {
     log.open(o.log, std::ios::app);
     if (!log) throw Failure(kUsage, "--log: cannot write " + o.log);
   }
@@ -135,8 +154,13 @@ static int train(const TrainOptions& o) {
     batch = 0;
     check(dp_loader_seek(train_loader.get(), epoch, batch), "loader");
   }
-  std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s), batch %lld, %lld batches per epoch\n",
-               o.model.c_str(), data.name.c_str(), ndev, devices.c_str(), (long long)o.batch_size, (long long)batches);
+  int global_devices = ndev, first_device = 0;
+  check(dp_group_global_devices(group.get(), &global_devices, &first_device), "devices");
+  if (lead)
+    std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s%s), batch %lld, %lld batches per epoch\n",
+                 o.model.c_str(), data.name.c_str(), global_devices, devices.c_str(),
+                 world > 1 ? (" on each of " + std::to_string(world) + " processes").c_str() : "",
+                 (long long)o.batch_size, (long long)batches);
 
   auto save = [&] {
     if (o.save.empty()) return;
@@ -181,7 +205,7 @@ static int train(const TrainOptions& o) {
       if (batch % 20 == 0) loss_curve.push_back(loss);
       double sps = samples / std::max(train_seconds, 1e-9);
       double left = double((o.epochs - epoch) * batches - batch) * o.batch_size / sps;
-      progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
+      if (lead) progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
       if (g_stop) {
         interrupted = true;
         break;
@@ -197,7 +221,8 @@ static int train(const TrainOptions& o) {
     last_eval = evaluate(c, group.get(), test_loader.get());
     acc_curve.push_back(last_eval.accuracy);
     epochs_done = epoch + 1;
-    progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
+    if (lead)
+      progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
                   json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
                   json_num(last_eval.accuracy) + " (" + json_num(now_seconds() - epoch_start) + " s)");
     if (log)
@@ -208,15 +233,17 @@ static int train(const TrainOptions& o) {
   }
   if (interrupted || step_limit) {
     save();
-    progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
+    if (lead)
+      progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
-  if (!o.plot.empty()) write_svg(o.plot, loss_curve, acc_curve);
+  if (!o.plot.empty() && lead) write_svg(o.plot, loss_curve, acc_curve);
+  if (!lead) return interrupted ? 130 : kOk;
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"samples_per_second\": %s, "
-              "\"seconds\": %s, \"devices\": %d, \"interrupted\": %s}\n",
+              "\"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s}\n",
               json_num(last_eval.accuracy).c_str(), json_num(last_eval.loss).c_str(), json_num(last_loss).c_str(),
               (long long)epochs_done, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
-              json_num(now_seconds() - start).c_str(), ndev, interrupted ? "true" : "false");
+              json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false");
   return interrupted ? 130 : kOk;
 }
 
@@ -379,10 +406,10 @@ int main(int argc, char** argv) {
     if (*plugins_cmd) return plugins(p_paths);
     return devices();
   } catch (const Failure& f) {
-    std::fprintf(stderr, "\ndp: %s\n", f.what());
+    std::fprintf(stderr, "\ndp%s: %s\n", g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", f.what());
     return f.code;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ndp: %s\n", e.what());
+    std::fprintf(stderr, "\ndp%s: %s\n", g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", e.what());
     return kRuntime;
   }
 }

@@ -1,8 +1,10 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -12,8 +14,26 @@ namespace dpcli {
 
 void check(dp_status s, const std::string& what) {
   if (s == DP_OK) return;
-  int code = (s == DP_ERR_NUMERIC || s == DP_ERR_OUT_OF_MEMORY || s == DP_ERR_INTERNAL) ? kRuntime : kUsage;
+  int code = (s == DP_ERR_NUMERIC || s == DP_ERR_OUT_OF_MEMORY || s == DP_ERR_INTERNAL || s == DP_ERR_COMM) ? kRuntime : kUsage;
   throw Failure(code, what + ": " + dp_last_error());
+}
+
+// Launched by torchrun, mpirun or srun (the variables they set), this
+// process joins their process group.
+ProcessGroup join_if_launched(int* local_processes) {
+  *local_processes = 0;
+  const char* worlds[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
+  bool launched = false;
+  for (const char* v : worlds) launched = launched || std::getenv(v);
+  if (!launched) return nullptr;
+  dp_process_group* pg = nullptr;
+  check(dp_process_group_create(nullptr, &pg), "process group");
+  ProcessGroup group(pg);
+  int world = 1;
+  check(dp_process_group_world_size(pg, &world), "process group");
+  if (world == 1) return nullptr;
+  check(dp_process_group_local_world_size(pg, local_processes), "process group");
+  return group;
 }
 
 double now_seconds() {
@@ -21,14 +41,16 @@ double now_seconds() {
 }
 
 // "auto": every GPU when there is one (as nn.DataParallel takes all visible
-// GPUs), else one CPU device per core.
-std::string resolve_devices(const std::string& spec) {
+// GPUs), else one CPU device per core; in a process group, this process's
+// share of the machine's cores (GPUs do not cross processes yet).
+std::string resolve_devices(const std::string& spec, int local_processes) {
   if (spec != "auto") return spec;
   int n = 0;
   const char* kind = "cuda";
-  if (dp_device_count("cuda", &n, nullptr) != DP_OK || n == 0) {
+  if (local_processes > 0 || dp_device_count("cuda", &n, nullptr) != DP_OK || n == 0) {
     kind = "cpu";
     dp_device_count("cpu", &n, nullptr);
+    if (local_processes > 0) n = std::max(1, n / local_processes);
   }
   std::string out;
   for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::string(kind) + ":" + std::to_string(i);

@@ -16,8 +16,14 @@ Batcher::Batcher(const Dataset& ds, const Transform* transform, const LoaderConf
 
 int64_t Batcher::assemble(int64_t epoch, int64_t batch, Tensor& input, Tensor& target, const std::atomic<uint64_t>* gen,
                           uint64_t my_gen) {
-  const int64_t start = batch * cfg_.batch_size;
-  const int64_t rows = std::min(cfg_.batch_size, length_ - start);
+  int64_t start = batch * cfg_.batch_size;
+  const int64_t global_rows = std::min(cfg_.batch_size, length_ - start);
+  int64_t rows = global_rows;
+  if (cfg_.shard) {
+    int64_t first = 0;
+    cfg_.shard(global_rows, &first, &rows);
+    start += first;
+  }
   input.resize(DP_F32, Shape::batched(rows, sample_shape_));
   target.resize(ds_.target_dtype(), Shape::batched(rows, ds_.target_shape()));
   if (cfg_.shuffle && order_epoch_ != epoch) {
@@ -43,7 +49,7 @@ int64_t Batcher::assemble(int64_t epoch, int64_t batch, Tensor& input, Tensor& t
       transform_->apply(row, row, transform_key(cfg_.seed, epoch, index));
     }
   }
-  return rows;
+  return global_rows;
 }
 
 }  // namespace dp

@@ -22,7 +22,8 @@ class Batcher {
   Batcher(const Dataset& ds, const Transform* transform, const LoaderConfig& cfg);
 
   // Batch `batch` of `epoch` into input [rows, ...sample] and target
-  // [rows, ...target]; returns rows. Returns -1 early when *gen stops being
+  // [rows, ...target]; returns rows. Sharded (cfg.shard): only this
+  // process's rows of the batch are read, and the batch's rows are returned. Returns -1 early when *gen stops being
   // my_gen (a seek or the loader's destruction); gen may be null. Throws the
   // dataset's errors.
   int64_t assemble(int64_t epoch, int64_t batch, Tensor& input, Tensor& target, const std::atomic<uint64_t>* gen,

@@ -120,6 +120,7 @@ int64_t Loader::hand_over(Slot& slot, Tensor& input, Tensor& target) {
 
 int64_t Loader::next(Tensor& input, Tensor& target) {
   if (input.is_view() || target.is_view()) fail(DP_ERR_INVALID_ARGUMENT, "dp_loader_next: tensor views cannot receive batches");
+  started_ = true;
   if (batch_ >= num_batches_) {
     // The end of the epoch (every epoch, when there are no batches at all).
     input.resize(DP_F32, Shape::batched(0, sample_shape_));
@@ -164,6 +165,13 @@ int64_t Loader::next(Tensor& input, Tensor& target) {
   work_cv_.notify_all();
   if (error != DP_OK) fail(error, message);
   return rows;
+}
+
+void Loader::shard(std::function<void(int64_t, int64_t*, int64_t*)> fn) {
+  if (started_)
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_loader_shard: shard a loader before its first batch (a restored position is fine: "
+                                  "shard, then dp_checkpoint_load or dp_loader_seek)");
+  cfg_.shard = std::move(fn);
 }
 
 void Loader::seek(int64_t epoch, int64_t batch) {

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +45,10 @@ struct LoaderConfig {
   int prefetch = 2;
   uint64_t seed = 0;
   bool pin_memory = false;  // batches in page-locked memory, for GPU groups
+  // A distributed sampler: of a global batch of `rows` rows, this process
+  // reads only rows [*first, *first + *count) (its devices' share: see
+  // Loader::shard). Null: every row.
+  std::function<void(int64_t rows, int64_t* first, int64_t* count)> shard;
   // Throws DP_ERR_JSON, or DP_ERR_MODEL naming the key ("/batch_size: ...").
   static LoaderConfig from_json(const std::string& text);
 };
@@ -60,8 +65,9 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   int64_t num_batches() const { return num_batches_; }
-  // The next batch, swapped into input and target (resized to [rows, ...]),
-  // or 0 rows at the end of an epoch (the tensors are then resized to 0
+  // The next batch, swapped into input and target (resized to [rows, ...];
+  // sharded: to this process's rows of it, and the global batch's rows are
+  // returned), or 0 rows at the end of an epoch (the tensors are then resized to 0
   // rows). The caller's previous buffers become the loader's, so once every
   // buffer is large enough nothing allocates. Throws the batch's error.
   int64_t next(Tensor& input, Tensor& target);
@@ -71,8 +77,16 @@ class Loader {
   int64_t batch() const { return batch_; }
   // Continues from (epoch, batch), 0 <= batch <= K.
   void seek(int64_t epoch, int64_t batch);
+  // From now on, reads only this process's share of each global batch (the
+  // rows `fn` says, possibly none), while next() still returns the global
+  // batch's rows, so that every process's loop ends together. Only before
+  // the first next(); throws DP_ERR_INVALID_ARGUMENT after it.
+  void shard(std::function<void(int64_t rows, int64_t* first, int64_t* count)> fn);
 
   const Shape& sample_shape() const { return sample_shape_; }
+  const Shape& target_shape() const { return target_shape_; }
+  int64_t dataset_length() const { return length_; }
+  const LoaderConfig& config() const { return cfg_; }
 
  private:
   struct Slot {
@@ -102,6 +116,7 @@ class Loader {
   // The consumer's position.
   int64_t epoch_ = 0;
   int64_t batch_ = 0;
+  bool started_ = false;  // next() was called: too late to shard
 
   std::vector<std::unique_ptr<Batcher>> batchers_;  // one per worker (or one for next())
   std::vector<Slot> slots_;

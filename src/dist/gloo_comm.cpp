@@ -79,7 +79,8 @@ struct GlooComm::Impl {
   uint32_t tag = 0;  // every collective its own, the same on every rank
 };
 
-GlooComm::GlooComm(TcpStore& store, const DistConfig& c) : impl_(std::make_unique<Impl>()), rank_(c.rank), world_size_(c.world_size) {
+GlooComm::GlooComm(TcpStore& store, const DistConfig& c)
+    : impl_(std::make_unique<Impl>()), store_(&store), rank_(c.rank), world_size_(c.world_size) {
   set_timeout_s(c.timeout_s);
   impl_->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
   NoSigpipe no_sigpipe;  // Gloo's threads start here, and keep SIGPIPE blocked
@@ -93,7 +94,7 @@ GlooComm::GlooComm(TcpStore& store, const DistConfig& c) : impl_(std::make_uniqu
     gloo::rendezvous::PrefixStore prefixed("dp/gloo", adapter);
     impl_->context->connectFullMesh(prefixed, impl_->device);
   } catch (const std::exception& e) {
-    fail(DP_ERR_IO, "rank " + std::to_string(c.rank) + " could not connect to the other " +
+    fail(DP_ERR_COMM, "rank " + std::to_string(c.rank) + " could not connect to the other " +
                         std::to_string(c.world_size - 1) + " rank(s) with Gloo: " + e.what());
   }
 }
@@ -103,15 +104,19 @@ GlooComm::~GlooComm() = default;
 // Runs one Gloo collective; any failure breaks the communicator for good.
 template <class F>
 void GlooComm::guarded(const char* what, F&& f) {
-  if (!broken_.empty()) fail(DP_ERR_IO, broken_);
+  wait(rank_);
   NoSigpipe no_sigpipe;
   try {
     f();
   } catch (const std::exception& e) {
+    // Which peer: the store's server saw its connection close (a second at
+    // most to notice; a peer that hangs is not lost, it timed out).
+    std::string lost = store_->lost_ranks(world_size_, 1.0);
     abort(std::string(what) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
-          e.what() + " (a peer died, left, or did not answer within " + std::to_string(int(timeout_s())) +
-          " s: DP_COMM_TIMEOUT)");
-    fail(DP_ERR_IO, broken_);
+          (lost.empty() ? "a peer left, or did not answer within " + std::to_string(int(timeout_s())) + " s (DP_COMM_TIMEOUT)"
+                        : lost + " died or left") +
+          " (" + e.what() + ")");
+    wait(rank_);
   }
 }
 
@@ -123,6 +128,19 @@ void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count
     gloo::AllreduceOptions opts(impl_->context);
     opts.setOutput(out, static_cast<size_t>(count));
     opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(impl_->tag++);
+    opts.setTimeout(impl_->timeout);
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooComm::all_reduce_f64(int member, double* data, int64_t count) {
+  if (member != rank_) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce_f64: member must be this rank");
+  if (count <= 0) return;
+  guarded("an all-reduce", [&] {
+    gloo::AllreduceOptions opts(impl_->context);
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
     opts.setTag(impl_->tag++);
     opts.setTimeout(impl_->timeout);
     gloo::allreduce(opts);
@@ -153,12 +171,21 @@ void GlooComm::barrier(int member) {
 }
 
 void GlooComm::wait(int) {
-  if (!broken_.empty()) fail(DP_ERR_IO, broken_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.empty()) fail(DP_ERR_COMM, broken_);
+}
+
+bool GlooComm::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_.empty();
 }
 
 void GlooComm::abort(const std::string& why) {
-  if (!broken_.empty()) return;
-  broken_ = why + "; this process group cannot be used again";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) return;
+    broken_ = why + "; this process group cannot be used again";
+  }
   NoSigpipe no_sigpipe;
   try {
     impl_->context->closeConnections();  // the other ranks fail now, not at their time limit

@@ -2,13 +2,14 @@
 // transport (bench/comm_engines/README.md says why Gloo): one member per
 // process, this one being config.rank. Collectives complete before they
 // return. Each has a time limit (config.timeout_s); a peer that died or
-// timed out fails the call with DP_ERR_IO, closes this process's
+// timed out fails the call with DP_ERR_COMM, closes this process's
 // connections so that every other rank fails at once too, and leaves the
 // communicator broken (reset() is false): the process group must be made
 // again. A dead peer never kills this process through SIGPIPE (Gloo runs
 // with it blocked). Built only where Gloo is found (DP_HAVE_GLOO).
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "dist/store.h"
@@ -19,7 +20,8 @@ namespace dp {
 class GlooComm final : public Communicator {
  public:
   // Connects to every other rank, through the rendezvous `store` (which
-  // must have seen every rank join: rendezvous()). Throws DP_ERR_IO.
+  // must have seen every rank join: rendezvous(), and must outlive this:
+  // after a failure, it says which rank was lost). Throws DP_ERR_COMM.
   GlooComm(TcpStore& store, const DistConfig& config);
   ~GlooComm() override;
 
@@ -28,11 +30,12 @@ class GlooComm final : public Communicator {
   // `member` must be this process's rank; `in` must not be null. Sums are
   // bitwise the same run to run for one world size (Gloo's ring order).
   void all_reduce(int member, const float* in, float* out, int64_t count) override;
+  void all_reduce_f64(int member, double* data, int64_t count) override;
   void broadcast(int member, float* data, int64_t count, int root) override;
   void barrier(int member) override;
   void wait(int member) override;
   void abort(const std::string& why) override;
-  bool reset() override { return broken_.empty(); }
+  bool reset() override;
 
  private:
   struct Impl;
@@ -40,7 +43,9 @@ class GlooComm final : public Communicator {
   void guarded(const char* what, F&& f);
 
   std::unique_ptr<Impl> impl_;
+  TcpStore* store_ = nullptr;  // to learn which rank was lost
   int rank_ = 0, world_size_ = 1;
+  std::mutex mu_;  // abort() may come from any thread
   std::string broken_;
 };
 

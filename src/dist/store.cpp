@@ -97,13 +97,22 @@ DistConfig dist_config_from_env() {
   }
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) c.master_addr = a;
   c.master_port = static_cast<int>(env_int("MASTER_PORT", c.master_port, 1, 65535));
-  c.timeout_s = static_cast<double>(env_int("DP_COMM_TIMEOUT", 300, 1, 86400));
+  if (const char* t = std::getenv("DP_COMM_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    const double s = std::strtod(t, &end);
+    if (*end || !(s >= 0.001 && s <= 86400))
+      fail(DP_ERR_INVALID_ARGUMENT, std::string("DP_COMM_TIMEOUT=\"") + t + "\": expected seconds in [0.001, 86400]");
+    c.timeout_s = s;
+  }
   return c;
 }
 
 // One thread accepts; one thread per connection answers: 'S' key value
-// (set; answered with an empty ack) and 'G' key (answered with found and
-// the value). Start-up traffic is a few small messages per rank.
+// (set; answered with an empty ack), 'G' key (answered with found and the
+// value) and 'Q' (a client leaving on purpose). Start-up traffic is a few
+// small messages per rank. A connection stays open while its process group
+// lives, so the server also sees a rank vanish: a connection that announced
+// rank r ("dp/rank/r") and closes without 'Q' sets "dp/lost/r".
 class TcpStore::Server {
  public:
   Server(const std::string& host, int port) {
@@ -164,12 +173,20 @@ class TcpStore::Server {
   }
 
   void serve(int fd) {
+    std::string rank;  // the rank this connection announced
     for (;;) {
       char op = 0;
       std::string key, value;
-      if (!recv_all(fd, &op, 1) || !recv_str(fd, &key)) return;
+      if (!recv_all(fd, &op, 1) || op == 'Q' || !recv_str(fd, &key)) {
+        if (op != 'Q' && !rank.empty() && !stop_) {
+          std::lock_guard<std::mutex> lock(mu_);
+          data_["dp/lost/" + rank] = "1";
+        }
+        return;
+      }
       if (op == 'S') {
         if (!recv_str(fd, &value)) return;
+        if (key.compare(0, 8, "dp/rank/") == 0) rank = key.substr(8);
         {
           std::lock_guard<std::mutex> lock(mu_);
           data_[key] = value;
@@ -225,7 +242,7 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout
     }
     if (fd_ >= 0) break;
     if (seconds_since(t0) > timeout_s)
-      fail(DP_ERR_IO, "cannot reach the store of rank 0 at " + address_ + " within " + std::to_string(int(timeout_s)) +
+      fail(DP_ERR_COMM, "cannot reach the store of rank 0 at " + address_ + " within " + std::to_string(int(timeout_s)) +
                           " s: " + why + " (is rank 0 running? MASTER_ADDR and MASTER_PORT must name it)");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -237,16 +254,21 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout
 }
 
 TcpStore::~TcpStore() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    const char bye = 'Q';
+    send_all(fd_, &bye, 1);
+    ::close(fd_);
+  }
   server_.reset();
 }
 
 std::string TcpStore::request(char op, const std::string& key, const std::string& value, bool* found) {
+  std::lock_guard<std::mutex> lock(mu_);
   bool ok = send_all(fd_, &op, 1) && send_str(fd_, key) && (op != 'S' || send_str(fd_, value));
   char f = 0;
   std::string reply;
   ok = ok && recv_all(fd_, &f, 1) && recv_str(fd_, &reply);
-  if (!ok) fail(DP_ERR_IO, "the store at " + address_ + " stopped answering (rank 0 gone?)");
+  if (!ok) fail(DP_ERR_COMM, "the store at " + address_ + " stopped answering (rank 0 gone?)");
   if (found) *found = f != 0;
   return reply;
 }
@@ -274,7 +296,28 @@ std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, dou
       if (!found[i]) missing += (missing.empty() ? "" : ", ") + keys[i];
     if (missing.empty()) return v;
     if (seconds_since(t0) > timeout_s)
-      fail(DP_ERR_IO, "store at " + address_ + ": still no " + missing + " after " + std::to_string(int(timeout_s)) + " s");
+      fail(DP_ERR_COMM, "store at " + address_ + ": still no " + missing + " after " + std::to_string(int(timeout_s)) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string TcpStore::lost_ranks(int world_size, double wait_s) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("dp/lost/" + std::to_string(r));
+  const auto t0 = Clock::now();
+  for (;;) {
+    std::vector<bool> found;
+    try {
+      try_get(keys, &found);
+    } catch (const Error&) {
+      return "rank 0 (whose store at " + address_ + " is gone too)";
+    }
+    std::string lost;
+    int n = 0;
+    for (int r = 0; r < world_size; ++r)
+      if (found[static_cast<size_t>(r)]) lost += (n++ ? ", " : "") + std::to_string(r);
+    if (n > 0) return (n > 1 ? "ranks " : "rank ") + lost;
+    if (seconds_since(t0) >= wait_s) return "";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -294,7 +337,7 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
     std::vector<std::string> v = store.try_get(keys, &found);
     if (found.back()) {  // another rank gave up
       store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
-      fail(DP_ERR_IO, v.back());
+      fail(DP_ERR_COMM, v.back());
     }
     std::string missing, why;
     int nmissing = 0;
@@ -322,7 +365,7 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
           }
         }
       }
-      fail(DP_ERR_IO, why);
+      fail(DP_ERR_COMM, why);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

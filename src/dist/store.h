@@ -9,6 +9,7 @@
 // error says what was missing, where, and for how long.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,32 +36,37 @@ class TcpStore {
  public:
   // Serves the store when `serve` (rank 0), then connects to host:port,
   // retrying until timeout_s has passed. Throws DP_ERR_IO: the port cannot
-  // be bound, or nothing answers at host:port in time.
+  // be bound; DP_ERR_COMM: nothing answers at host:port in time.
   TcpStore(const std::string& host, int port, bool serve, double timeout_s);
   ~TcpStore();
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
 
   void set(const std::string& key, const std::string& value);
-  // The values of `keys`, once all are set; throws DP_ERR_IO naming the
+  // The values of `keys`, once all are set; throws DP_ERR_COMM naming the
   // keys still missing after timeout_s.
   std::vector<std::string> get(const std::vector<std::string>& keys, double timeout_s);
   // Whether each key is set now, and its value ("" when not).
   std::vector<std::string> try_get(const std::vector<std::string>& keys, std::vector<bool>* found);
 
   const std::string& address() const { return address_; }  // "host:port"
+  // The ranks whose connection to rank 0's store closed without leaving on
+  // purpose (their process died), waiting up to wait_s for one to show;
+  // "rank 0" when the store itself is gone. "" when none is known.
+  std::string lost_ranks(int world_size, double wait_s);
 
  private:
   class Server;
   std::string request(char op, const std::string& key, const std::string& value, bool* found);
 
   std::unique_ptr<Server> server_;
+  std::mutex mu_;  // one request at a time on fd_
   int fd_ = -1;
   std::string address_;
 };
 
 // Every rank announces itself and its world size, and returns once all
-// world_size ranks have (or throws DP_ERR_IO naming the ranks that did not
+// world_size ranks have (or throws DP_ERR_COMM naming the ranks that did not
 // join within config.timeout_s and the address, or one that announced
 // another world size).
 void rendezvous(TcpStore& store, const DistConfig& config);

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
+
 namespace dp {
 
 class Communicator {
@@ -27,6 +29,13 @@ class Communicator {
   // implementation says so, in may be null (that member adds nothing) and
   // members may share one out (written once).
   virtual void all_reduce(int member, const float* in, float* out, int64_t count) = 0;
+  // The same for doubles, in place (a process group's losses and
+  // statistics: every member but one adding zeros, it is an exact gather).
+  // Only communicators of processes have it (GlooComm).
+  virtual void all_reduce_f64(int member, double* data, int64_t count) {
+    (void)member, (void)data, (void)count;
+    fail(DP_ERR_INTERNAL, "all_reduce_f64: only a process group's communicator has it");
+  }
   // data[0, count) of every member becomes root's.
   virtual void broadcast(int member, float* data, int64_t count, int root) = 0;
   // Returns when every member has called it (and their earlier collectives are done).

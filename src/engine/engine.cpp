@@ -5,8 +5,7 @@
 
 namespace dp {
 
-Engine::Engine(Model& model, int replicas)
-    : model_(model), n_(replicas), threads_(replicas), reduced_begin_(static_cast<size_t>(replicas), 0) {}
+Engine::Engine(Model& model, int replicas) : model_(model), n_(replicas), threads_(replicas), global_(replicas) {}
 
 Engine::~Engine() = default;
 
@@ -14,12 +13,23 @@ void Engine::run(const RunPlan& plan) {
   plan_ = &plan;
   active_ = static_cast<int>(plan.split->size());
   error_ = nullptr;
+  gathered_ = false;
   try {
     prepare(plan);
     threads_.run(n_, &Engine::run_one, this);
     if (error_) std::rethrow_exception(error_);
     finish(plan);
   } catch (...) {
+    if (procs_) {  // the other processes may be waiting for this one: they fail now too
+      std::string what = "an unknown error";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      procs_->abort("rank " + std::to_string(rank_) + " failed: " + what);
+    }
     plan_ = nullptr;
     error_ = nullptr;
     abandon();
@@ -29,10 +39,52 @@ void Engine::run(const RunPlan& plan) {
   plan_ = nullptr;
 }
 
+double Engine::loss(int r) {
+  return procs_ ? results_[static_cast<size_t>(r) * (2 + model_.stats_total)] : devices_[r]->loss_value();
+}
+
+int64_t Engine::correct(int r) {
+  return procs_ ? static_cast<int64_t>(results_[static_cast<size_t>(r) * (2 + model_.stats_total) + 1])
+                : devices_[r]->correct_value();
+}
+
+const float* Engine::stats(int r) {
+  return procs_ ? stats_.data() + static_cast<size_t>(r) * model_.stats_total : devices_[r]->stats();
+}
+
+// Inactive replicas add 0, exactly: the sum is the one of the active ones.
 double Engine::total_loss() {
   double loss = 0;
-  for (int r = 0; r < active_; ++r) loss += devices_[r]->loss_value();
+  const int n = procs_ ? global_ : active_;
+  for (int r = 0; r < n; ++r) loss += Engine::loss(r);
   return loss;
+}
+
+void Engine::set_processes(Communicator* procs, int rank, int first, int global) {
+  procs_ = procs;
+  rank_ = rank;
+  first_ = first;
+  global_ = global;
+}
+
+void Engine::gather_results() {
+  const int64_t stride = 2 + model_.stats_total;
+  results_.assign(static_cast<size_t>(global_ * stride), 0.0);
+  for (int r = 0; r < active_; ++r) {
+    double* mine = results_.data() + (first_ + r) * stride;
+    mine[0] = devices_[r]->loss_value();
+    mine[1] = static_cast<double>(devices_[r]->correct_value());
+    if (model_.stats_total > 0 && (*plan_->ctxs)[r].training) {
+      const float* st = devices_[r]->stats();
+      for (int64_t i = 0; i < model_.stats_total; ++i) mine[2 + i] = st[i];
+    }
+  }
+  procs_->all_reduce_f64(rank_, results_.data(), static_cast<int64_t>(results_.size()));
+  stats_.resize(static_cast<size_t>(global_ * model_.stats_total));
+  for (int r = 0; r < global_; ++r)
+    for (int64_t i = 0; i < model_.stats_total; ++i)
+      stats_[r * model_.stats_total + i] = static_cast<float>(results_[r * stride + 2 + i]);
+  gathered_ = true;
 }
 
 void Engine::run_one(void* self, int r) { static_cast<Engine*>(self)->run_replica(r); }
@@ -44,7 +96,6 @@ void Engine::run_replica(int r) {
   try {
     ReplicaDevice& d = *devices_[r];
     Replica& graph = d.graph();
-    reduced_begin_[r] = model_.num_params();
     RunCtx ctx = r < active_ ? (*p.ctxs)[r] : RunCtx{};
     d.begin(ctx);
     if (r < active_) {
@@ -88,20 +139,38 @@ void Engine::run_replica(int r) {
   }
 }
 
+// Layers in reverse, a bucket closed as soon as it holds bucket_floats
+// gradients (and the first layer closes the last one), so that each bucket
+// is final as soon as the backward of its first layer is.
 void Engine::set_bucket_mb(double mb) {
   const char* env = std::getenv("DP_BUCKET_MB");
   if (env && std::atof(env) > 0) mb = std::atof(env);
-  bucket_floats_ = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
+  const int64_t floats = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
+  buckets_.clear();
+  closes_.assign(model_.nodes.size(), -1);
+  int64_t end = model_.num_params();
+  for (size_t k = model_.nodes.size(); k-- > 0;) {
+    const int64_t first = model_.nodes[k].param_offset;
+    if (end - first >= floats || (k == 0 && end > 0)) {
+      closes_[k] = static_cast<int>(buckets_.size());
+      buckets_.push_back({first, end - first});
+      end = first;
+    }
+  }
+}
+
+int Engine::bucket_at(int64_t begin) const {
+  // buckets_ is in decreasing order of begin.
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), begin,
+                             [](const Bucket& b, int64_t at) { return b.begin > at; });
+  if (it == buckets_.end() || it->begin != begin) fail(DP_ERR_INTERNAL, "no gradient bucket begins at " + std::to_string(begin));
+  return static_cast<int>(it - buckets_.begin());
 }
 
 void Engine::node_done(int r, size_t node) {
-  if (!bucketed()) return;
-  const int64_t first = model_.nodes[node].param_offset;
-  int64_t& begin = reduced_begin_[r];
-  if (begin - first >= bucket_floats_ || (node == 0 && begin > 0)) {
-    reduce_bucket(r, first, begin - first);
-    begin = first;
-  }
+  if (!bucketed() || closes_[node] < 0) return;
+  const Bucket& b = buckets_[static_cast<size_t>(closes_[node])];
+  reduce_bucket(r, b.begin, b.count);
 }
 
 }  // namespace dp

@@ -88,12 +88,22 @@ class Engine {
   // results. Throws dp::Error; the engine stays usable unless it says
   // otherwise (a failed NCCL communicator).
   void run(const RunPlan& plan);
-  double loss(int r) { return devices_[r]->loss_value(); }
-  // The sum of the active replicas' losses, in replica order (what the group
-  // checks for NaN).
+  // Results of replica r (with processes: of the replica r of all processes'
+  // replicas, in rank order; gathered by every job but kBackward).
+  double loss(int r);
+  // The sum of the replicas' losses, in replica order (what the group
+  // checks for NaN); with processes, of all processes' replicas.
   double total_loss();
-  int64_t correct(int r) { return devices_[r]->correct_value(); }
-  const float* stats(int r) { return devices_[r]->stats(); }
+  int64_t correct(int r);
+  const float* stats(int r);
+
+  // The level of processes (a process group): this engine's replicas are
+  // replicas [first, first + n) of the `global` replicas of all processes,
+  // in rank order, and `procs` (a member per process, this one `rank`) sums
+  // gradients over the processes after the replicas' sum. A plan's split,
+  // offsets and contexts are then this process's share. Set once, before
+  // the first run.
+  virtual void set_processes(Communicator* procs, int rank, int first, int global);
 
   // After kBackward: the model's gradients += the last run's, summed over the
   // replicas. After kTrain: the model's gradients = the last run's, then one
@@ -131,6 +141,11 @@ class Engine {
   // Layer `node` finished its backward on replica r: starts a bucket when
   // enough gradients are final. Backends call it from their Executor.
   void node_done(int r, size_t node);
+  // With processes: every replica's loss, correct count and statistics, all
+  // processes' (an all-reduce in which each process adds only its own
+  // replicas'). Every process calls it once per job but kBackward, at the
+  // same point of the job: after its replicas' forward and loss.
+  void gather_results();
 
   Model& model_;
   const int n_;
@@ -140,14 +155,27 @@ class Engine {
   // Gradient bucket size: the backend's default, or DP_BUCKET_MB (a decimal
   // number of MiB: 0.001 gives buckets of 262 floats).
   void set_bucket_mb(double default_mb);
-  int64_t bucket_floats_ = 0;
+  // The buckets, in the order replicas reach them (the layers in reverse):
+  // gradients [begin, begin + count).
+  struct Bucket {
+    int64_t begin, count;
+  };
+  std::vector<Bucket> buckets_;
+  // The bucket that begins at gradient `begin`.
+  int bucket_at(int64_t begin) const;
+
+  Communicator* procs_ = nullptr;  // the level of processes, or null
+  int rank_ = 0, first_ = 0, global_ = 0;
+  bool gathered_ = false;  // this run's results are gathered
 
  private:
   static void run_one(void* self, int r);
   void run_replica(int r);
 
   const RunPlan* plan_ = nullptr;
-  std::vector<int64_t> reduced_begin_;  // per replica: gradients [reduced_begin, P) are in buckets
+  std::vector<int> closes_;  // per node: the bucket its backward completes, or -1
+  std::vector<double> results_;  // gathered: per global replica, loss, correct, statistics
+  std::vector<float> stats_;     // gathered statistics, per global replica
   std::mutex error_mu_;
   std::exception_ptr error_;  // the first failure of the run in flight
 };

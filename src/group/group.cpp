@@ -1,6 +1,7 @@
 #include "group/group.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace dp {
 
@@ -32,13 +33,48 @@ static std::vector<std::string> parse_devices(const std::string& text, std::vect
   return out;
 }
 
-Group::Group(Model& model, const std::string& devices) : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)) {
+// What must be the same on every process: the model's JSON and layout.
+static std::string fingerprint(const Model& m) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (unsigned char c : m.description) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "model JSON hash " + std::string(hex) + ", " + std::to_string(m.num_params()) + " parameters in " +
+         std::to_string(m.param_info.size()) + " tensors, " + std::to_string(m.num_buffers()) + " buffer floats";
+}
+
+Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
+    : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)), global_(size()), rank_devices_{size()} {
   const size_t n = devices_.size();
   engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
+  if (procs && procs->world_size() > 1) {
+    const std::vector<std::string> counts = procs->all_gather(std::to_string(size()) + (on_gpus() ? " cuda" : " cpu"));
+    bool gpus = false;
+    rank_devices_.clear();
+    global_ = 0;
+    for (int r = 0; r < procs->world_size(); ++r) {
+      const std::string& c = counts[static_cast<size_t>(r)];
+      gpus = gpus || c.find("cuda") != std::string::npos;
+      rank_devices_.push_back(std::stoi(c));
+      if (r < procs->rank()) first_ += rank_devices_.back();
+      global_ += rank_devices_.back();
+    }
+    if (gpus)
+      fail(DP_ERR_DEVICE, "devices \"" + devices + "\": a group across processes runs on CPUs for now (GPUs over NCCL across "
+                                                   "processes are not built yet); some rank gave CUDA devices");
+    procs->check_same("model", fingerprint(model_));
+    procs_ = procs;
+    // Every process starts from rank 0's weights and running statistics.
+    Communicator& c = *procs->comm();
+    c.broadcast(procs->rank(), model_.mutable_params().data(), model_.num_params(), 0);
+    c.broadcast(procs->rank(), model_.mutable_buffers().data(), model_.num_buffers(), 0);
+    engine_->set_processes(&c, procs->rank(), first_, global_);
+  }
+  global_split_.reserve(static_cast<size_t>(global_));
   split_.reserve(n);
   offsets_.reserve(n);
   ctxs_.reserve(n);
-  stat_ptrs_.assign(n, nullptr);
+  stat_ptrs_.assign(static_cast<size_t>(global_), nullptr);
 }
 
 Group::~Group() = default;
@@ -58,7 +94,8 @@ void Group::optimizer_to_host(Optimizer& opt) { engine_->optimizer_to_host(opt);
 
 void Group::check_input(const Tensor& input) const {
   Shape want = Shape::batched(0, model_.input_shape);
-  bool ok = input.dtype() == DP_F32 && input.shape().ndim == want.ndim && input.shape()[0] >= 1;
+  // With processes, a process's share of a small batch may be no rows.
+  bool ok = input.dtype() == DP_F32 && input.shape().ndim == want.ndim && input.shape()[0] >= (procs_ ? 0 : 1);
   for (int i = 1; ok && i < want.ndim; ++i) ok = input.shape()[i] == want[i];
   if (!ok)
     fail(DP_ERR_SHAPE, std::string("input is ") + dtype_name(input.dtype()) + " " + input.shape().str() +
@@ -73,12 +110,74 @@ void Group::check_target(const Tensor& target, int64_t batch) const {
                            model_.loss->type + " loss needs " + dtype_name(model_.target_dtype) + " " + want.str());
 }
 
-// A backward job reuses the last forward's split; the others split `input`.
+void Group::check_job(Job job, const Tensor& input, const Tensor* target) {
+  try {
+    check_input(input);
+    if (target) check_target(*target, input.shape()[0]);
+  } catch (const Error&) {
+    if (procs_) {
+      try {
+        exchange(job, 0, true);
+      } catch (const Error&) {  // this process's own error is the one to report
+      }
+    }
+    throw;
+  }
+}
+
+static const char* job_name(double code) {
+  static const char* names[] = {"forward", "backward", "train_step", "evaluate"};
+  const int j = static_cast<int>(code) - 1;
+  return j >= 0 && j < 4 ? names[j] : "nothing";
+}
+
+int64_t Group::exchange(Job job, int64_t rows, bool refused) {
+  const int world = procs_->world_size(), me = procs_->rank();
+  exchange_.assign(static_cast<size_t>(3 * world), 0.0);
+  exchange_[3 * me] = 1 + static_cast<int>(job);
+  exchange_[3 * me + 1] = static_cast<double>(rows);
+  exchange_[3 * me + 2] = refused ? 1 : 0;
+  procs_->comm()->all_reduce_f64(me, exchange_.data(), static_cast<int64_t>(exchange_.size()));
+  int64_t batch = 0;
+  for (int r = 0; r < world; ++r) {
+    if (exchange_[3 * r] != exchange_[0])
+      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + " called " + job_name(exchange_[3 * r]) + " while rank 0 called " +
+                                        job_name(exchange_[0]) + ": every process must make the same calls in the same order");
+    if (exchange_[3 * r + 2] != 0)
+      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + "'s " + job_name(exchange_[3 * r]) +
+                                        " was refused (its error says why): no process ran it");
+    batch += static_cast<int64_t>(exchange_[3 * r + 1]);
+  }
+  if (batch < 1) fail(DP_ERR_SHAPE, std::string(job_name(exchange_[0])) + ": every process gave 0 rows");
+  return batch;
+}
+
+// A backward job reuses the last forward's split; the others split the
+// (global) batch over every device of every process.
 void Group::run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output,
                 Tensor* output, Optimizer* opt) {
   if (job != Job::kBackward) {
-    const int64_t batch = input->shape()[0];
-    split_batch(batch, size(), mode_, split_);
+    const int64_t rows = input->shape()[0];
+    const int64_t batch = procs_ ? exchange(job, rows, false) : rows;
+    split_batch(batch, global_, mode_, global_split_);
+    // Each process's rows must be its devices' share: a loader sharded by
+    // this group reads exactly that.
+    int64_t at = 0, my_offset = 0;  // global rows before a rank's, and before this process's
+    for (size_t r = 0, d = 0; r < rank_devices_.size(); ++r) {
+      int64_t share = 0;
+      if (procs_ && static_cast<int>(r) == procs_->rank()) my_offset = at;
+      for (int i = 0; i < rank_devices_[r]; ++i, ++d) share += d < global_split_.size() ? global_split_[d] : 0;
+      const int64_t given = procs_ ? static_cast<int64_t>(exchange_[3 * r + 1]) : rows;
+      if (given != share)
+        fail(DP_ERR_SHAPE, "rank " + std::to_string(r) + " gave " + std::to_string(given) + " rows of a global batch of " +
+                               std::to_string(batch) + ", but its " + std::to_string(rank_devices_[r]) +
+                               " device(s)' share by the split rule is " + std::to_string(share) +
+                               " rows: read batches with a loader sharded by this group (dp_loader_shard)");
+      at += share;
+    }
+    split_.clear();
+    for (int d = first_; d < first_ + size() && d < static_cast<int>(global_split_.size()); ++d)
+      split_.push_back(global_split_[static_cast<size_t>(d)]);
     offsets_.resize(split_.size());
     ctxs_.resize(split_.size());
     int64_t off = 0;
@@ -88,7 +187,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
       c.training = training;
       c.seed = model_.seed;
       c.step = step_;
-      c.sample_offset = off;
+      c.sample_offset = my_offset + off;  // dropout masks are keyed by the row of the global batch
       c.batch_total = batch;
       off += split_[r];
     }
@@ -107,7 +206,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
 }
 
 void Group::forward(const Tensor& input, Tensor& output) {
-  check_input(input);
+  check_job(Job::kForward, input, nullptr);
   have_forward_ = false;
   last_output_shape_ = Shape::batched(input.shape()[0], model_.output_shape());
   output.resize(DP_F32, last_output_shape_);
@@ -137,16 +236,16 @@ void Group::optimizer_step(Optimizer& opt) { engine_->optimizer_step(opt); }
 void Group::merge_stats() {
   if (model_.stats_total == 0) return;
   float* buffers = model_.mutable_buffers().data();
+  const std::vector<int64_t>& split = global_split_;
   for (const Node& node : model_.nodes) {
     if (node.stats_count == 0) continue;
-    for (size_t r = 0; r < split_.size(); ++r) stat_ptrs_[r] = engine_->stats(static_cast<int>(r)) + node.stats_offset;
-    node.layer->merge_stats(buffers + node.buffer_offset, stat_ptrs_.data(), split_.data(), static_cast<int>(split_.size()));
+    for (size_t r = 0; r < split.size(); ++r) stat_ptrs_[r] = engine_->stats(static_cast<int>(r)) + node.stats_offset;
+    node.layer->merge_stats(buffers + node.buffer_offset, stat_ptrs_.data(), split.data(), static_cast<int>(split.size()));
   }
 }
 
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {
-  check_input(input);
-  check_target(target, input.shape()[0]);
+  check_job(Job::kTrain, input, &target);
   have_forward_ = false;
   run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt);
   if (training_) ++step_;
@@ -160,13 +259,12 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
 }
 
 double Group::evaluate(const Tensor& input, const Tensor& target, int64_t* correct) {
-  check_input(input);
-  check_target(target, input.shape()[0]);
+  check_job(Job::kEval, input, &target);
   have_forward_ = false;
   run(Job::kEval, false, &input, &target, nullptr, nullptr);
   double loss = 0;
   int64_t hits = 0;
-  for (size_t r = 0; r < split_.size(); ++r) {
+  for (size_t r = 0; r < global_split_.size(); ++r) {  // every process's replicas
     loss += engine_->loss(static_cast<int>(r));
     hits += engine_->correct(static_cast<int>(r));
   }

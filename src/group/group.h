@@ -5,11 +5,21 @@
 // batch-norm statistics. An engine (engine/engine.h: the CPU's or CUDA's)
 // executes: replicas persist on their devices, gradients are summed over
 // replicas in device order, so results are deterministic for a given split.
+//
+// On a process group (dist/process_group.h) of more than one process, the
+// group's devices are this process's share of one group spanning all
+// processes: every process makes its group with the same model, then calls
+// the same functions in the same order. A batch is then this process's rows
+// of the global batch (a loader sharded by the group reads them), which is
+// split over all processes' devices in rank order by the same rule as in
+// one process; losses, accuracy, batch-norm statistics and gradients are
+// the global batch's, and every process applies the same update.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/process_group.h"
 #include "engine/engine.h"
 #include "group/split.h"
 #include "optim/optimizer.h"
@@ -19,15 +29,24 @@ namespace dp {
 class Group {
  public:
   // devices: "cpu:0,cpu:1" or "cuda:0,cuda:1" (a GPU may repeat); throws
-  // DP_ERR_DEVICE naming the bad entry.
-  Group(Model& model, const std::string& devices);
+  // DP_ERR_DEVICE naming the bad entry. With `procs` (collective): this
+  // process's devices; throws DP_ERR_INVALID_ARGUMENT on every process when
+  // the models differ (naming the rank), and starts from rank 0's weights.
+  Group(Model& model, const std::string& devices, ProcessGroup* procs = nullptr);
   ~Group();
 
   int size() const { return static_cast<int>(devices_.size()); }
+  // Over all processes: the devices, and where this process's begin.
+  int global_size() const { return global_; }
+  int first_device() const { return first_; }
+  // Devices per rank (one entry without a process group).
+  const std::vector<int>& rank_devices() const { return rank_devices_; }
+  ProcessGroup* process_group() const { return procs_; }
   Model& model() { return model_; }
   const std::vector<int64_t>& last_split() const { return split_; }
 
   void set_split(SplitMode mode) { mode_ = mode; }
+  SplitMode split_mode() const { return mode_; }
   void set_threads_per_device(int threads);
   // Lets float32 matrix products and convolutions on GPUs use TF32 (off by default).
   void set_allow_tf32(bool allow);
@@ -61,17 +80,30 @@ class Group {
   void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output,
            Optimizer* opt = nullptr);
   void merge_stats();
+  // With processes: every process's job and rows (kept in exchange_);
+  // returns the global batch. Throws on every process when they called
+  // different jobs, or one's checks refused its tensors (`refused`: this
+  // one's did, and it throws its own error after).
+  int64_t exchange(Job job, int64_t rows, bool refused);
+  // The checks of a job's tensors; with processes, a refusal reaches every
+  // process (so that none waits for the others' step).
+  void check_job(Job job, const Tensor& input, const Tensor* target);
 
   Model& model_;
   std::vector<int> gpu_ordinals_;  // before devices_: parsing fills both
   std::vector<std::string> devices_;
+  ProcessGroup* procs_ = nullptr;  // with more than one process
+  int first_ = 0, global_ = 0;
+  std::vector<int> rank_devices_;
+  std::vector<double> exchange_;
   std::unique_ptr<Engine> engine_;
   SplitMode mode_ = SplitMode::kChunk;
   bool training_ = true;
   int64_t step_ = 0;  // training forward passes so far (keys dropout)
 
-  // The last run: its split, offsets and per-replica contexts.
-  std::vector<int64_t> split_, offsets_;
+  // The last run: the split over all devices (all processes'), this
+  // process's part of it, offsets into this process's rows, and contexts.
+  std::vector<int64_t> global_split_, split_, offsets_;
   std::vector<RunCtx> ctxs_;
   std::vector<const float*> stat_ptrs_;
   Shape last_output_shape_;

@@ -1,5 +1,7 @@
 #include "group/split.h"
 
+#include <cstddef>
+
 namespace dp {
 
 void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t>& sizes) {
@@ -13,6 +15,18 @@ void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t
       int64_t s = batch / devices + (i < batch % devices ? 1 : 0);
       if (s > 0) sizes.push_back(s);
     }
+  }
+}
+
+void split_share(int64_t batch, int devices, SplitMode mode, int first_device, int count, int64_t* first_row,
+                 int64_t* rows) {
+  std::vector<int64_t> sizes;
+  split_batch(batch, devices, mode, sizes);
+  *first_row = 0;
+  *rows = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (static_cast<int>(d) < first_device) *first_row += sizes[d];
+    else if (static_cast<int>(d) < first_device + count) *rows += sizes[d];
   }
 }
 

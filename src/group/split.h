@@ -14,4 +14,9 @@ enum class SplitMode { kChunk = 0, kBalanced = 1 };
 // once its capacity is n).
 void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t>& sizes);
 
+// The rows of devices [first_device, first_device + count) in that split:
+// from *first_row, *rows of them (a process's share of a global batch).
+void split_share(int64_t batch, int devices, SplitMode mode, int first_device, int count, int64_t* first_row,
+                 int64_t* rows);
+
 }  // namespace dp

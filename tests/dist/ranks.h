@@ -16,17 +16,25 @@
 
 namespace {
 
-// A port nobody listens on right now (the kernel's pick, released).
+// A port nobody listens on right now, below the kernel's ephemeral range
+// (where the kernel's own picks, Gloo's connections of tests running
+// meanwhile, say, would take it before the test binds it).
 int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static unsigned seed = static_cast<unsigned>(::getpid()) * 2654435761u ^
+                         static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (;;) {
+    seed = seed * 1103515245u + 12345u;
+    const int port = 20000 + static_cast<int>((seed >> 8) % 12000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
 }
 
 struct Outcome {

@@ -12,6 +12,13 @@ Pure Python over ctypes (no compiled extension): any libdp.so of ABI version
 1 serves it (see _lib.py for how it is found; DP_LIBRARY names one).
 NumPy is optional for the core and needed for arrays in and out.
 
+Across processes (torchrun, mpirun, srun, or by hand), as torch.distributed:
+
+    dp.init_process_group()                          # the launcher's environment
+    net = dp.DistributedDataParallel(model)          # this process's share of the cores
+    for x, y in dp.DataLoader(train, batch_size=64, shuffle=True, shard=net):
+        loss = net.train_step(opt, x, y)             # this process's rows; the global loss
+
 Zero copy: dp.from_numpy(a) and dp.from_dlpack(x) view the caller's memory
 (the dp tensor keeps it alive); Tensor.numpy(), numpy.asarray(t) and
 Tensor.__dlpack__ view the dp tensor's (the array keeps the tensor alive).
@@ -19,19 +26,23 @@ Tensor.__dlpack__ view the dp tensor's (the array keeps the tensor alive).
 from . import _lib
 # dp.IOError shadows the builtin here as before; it is not in __all__, so `from dp import *` keeps the builtin.
 from ._errors import (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError,
-                      NumericError, OutOfMemoryError, PluginError, InternalError)
+                      NumericError, OutOfMemoryError, PluginError, InternalError, CommError)
 from ._context import Context, default_context, load_plugin, version, device_count, device_count_why, device_name
 from ._tensor import HAVE_ZERO_COPY, Tensor, tensor, zeros, from_numpy, as_tensor, from_dlpack
 from ._model import Model, DataParallel, Group
 from ._optim import Optimizer, SGD, Adam, AdamW
 from ._data import Dataset, FASHION_MNIST_DIR, FASHION_MNIST_NORMALIZE, FashionMNIST, DataLoader
 from ._checkpoint import save_checkpoint, load_checkpoint, checkpoint_metadata
+from ._distributed import (ProcessGroup, DistributedDataParallel, init_process_group, is_initialized, get_rank,
+                           get_world_size, get_local_rank, barrier, destroy_process_group)
 
-__all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeError', 'DeviceError',
-           'NumericError', 'OutOfMemoryError', 'PluginError', 'InternalError', 'Context', 'default_context',
-           'load_plugin', 'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy', 'as_tensor', 'from_dlpack',
-           'DataParallel', 'Group', 'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader',
-           'save_checkpoint', 'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path']
+__all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeError', 'DeviceError', 'NumericError',
+           'OutOfMemoryError', 'PluginError', 'InternalError', 'CommError', 'Context', 'default_context', 'load_plugin',
+           'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy', 'as_tensor', 'from_dlpack', 'DataParallel', 'Group',
+           'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
+           'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path', 'ProcessGroup',
+           'DistributedDataParallel', 'init_process_group', 'is_initialized', 'get_rank', 'get_world_size',
+           'get_local_rank', 'barrier', 'destroy_process_group']
 
 ABI_VERSION = _lib.ABI_VERSION
 library_path = _lib.path
@@ -40,6 +51,6 @@ __version__ = version()
 # The exceptions keep dp as their module, as when they were defined here:
 # tracebacks read "dp.ModelError: ...", and pickles name dp.ModelError.
 for _cls in (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError, NumericError,
-             OutOfMemoryError, PluginError, InternalError):
+             OutOfMemoryError, PluginError, InternalError, CommError):
     _cls.__module__ = __name__
 del _cls

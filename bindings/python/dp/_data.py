@@ -11,6 +11,7 @@ import weakref
 from . import _lib
 from ._context import _ctx
 from ._errors import Error, _check
+from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
 from ._util import _destroy, _json_text, _np, _path, _shape_in, _shape_out
 
@@ -163,14 +164,34 @@ class DataLoader:
     tensors it yields for the next batch unless they are still referenced
     beyond the loop variables or viewed (numpy(), __dlpack__), in which case
     it fills new ones; reuse_buffers=False always yields new tensors.
-    The order of an epoch is a pure function of (seed, epoch)."""
+    The order of an epoch is a pure function of (seed, epoch).
+
+    shard=model (a DistributedDataParallel) makes it a distributed sampler,
+    PyTorch's sampler=DistributedSampler(dataset) done by the group: each
+    process's loader reads only its devices' rows of each global batch
+    (batch_size is the global batch), so the processes together read every
+    batch once, in the order of one unsharded loader. Every process makes it
+    with the same dataset size, batch_size, shuffle, drop_last and seed (a
+    collective call, checked). A process's share of a batch may be 0 rows:
+    the loop then yields empty tensors, which train_step takes, and every
+    process's loop runs the same number of batches (len(loader))."""
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, num_workers=0, prefetch=2, seed=0,
-                 reuse_buffers=True):
+                 reuse_buffers=True, shard=None):
         cfg = {'batch_size': batch_size, 'shuffle': bool(shuffle), 'drop_last': bool(drop_last),
                'num_workers': num_workers, 'prefetch': prefetch, 'seed': seed}
         h = ctypes.c_void_p()
         _check(_lib.loader_create(dataset._h, _json.dumps(cfg).encode(), ctypes.byref(h)))
+        if shard is not None:
+            if not isinstance(shard, DataParallel):
+                _lib.loader_destroy(h)
+                raise TypeError(f'shard: expected the DistributedDataParallel that trains on this data, '
+                                f'got {type(shard).__name__}')
+            try:
+                _check(_lib.loader_shard(h, shard._h))
+            except BaseException:
+                _lib.loader_destroy(h)
+                raise
         self._h, self.dataset, self._ctx = h, dataset, dataset._ctx
         self.batch_size, self.num_workers = batch_size, num_workers
         self._reuse = reuse_buffers
@@ -218,7 +239,9 @@ class DataLoader:
 
     def next_batch(self):
         """The next batch as (x, y), or None at the end of an epoch (the next
-        call starts the next epoch): dp_loader_next without iteration."""
+        call starts the next epoch): dp_loader_next without iteration. A
+        sharded loader's (x, y) hold this process's rows, possibly none; None
+        comes at the end of the global epoch, on every process together."""
         x, y, self._x, self._y = self._x, self._y, None, None
         if not self._reusable(x, y):
             x, y = self._fresh()

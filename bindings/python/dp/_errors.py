@@ -61,8 +61,12 @@ class InternalError(Error):
     """DP_ERR_INTERNAL: a bug in dp"""
 
 
+class CommError(Error):
+    """DP_ERR_COMM: another process of the process group died, left, or did not answer in time"""
+
+
 _ERRORS = {1: InvalidArgumentError, 2: JSONError, 3: ModelError, 4: ShapeError, 5: IOError, 6: DeviceError,
-           7: NumericError, 8: OutOfMemoryError, 9: PluginError, 10: InternalError}
+           7: NumericError, 8: OutOfMemoryError, 9: PluginError, 10: InternalError, 11: CommError}
 for _s, _c in _ERRORS.items():
     _c.status = _s
 

@@ -18,7 +18,7 @@ MAX_DIMS = 8
 ABI_VERSION = 1
 
 # Handles are opaque: void pointers.
-ctx_p = model_p = tensor_p = group_p = opt_p = dataset_p = loader_p = c_void_p
+ctx_p = model_p = tensor_p = group_p = opt_p = dataset_p = loader_p = pg_p = c_void_p
 
 RELEASE_FN = ctypes.CFUNCTYPE(None, c_void_p)
 GET_ITEM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, P(c_float), c_void_p, P(ctypes.c_char), c_size_t)
@@ -113,6 +113,15 @@ _PROTOS = [
     ('dp_group_backward', _S, [group_p, tensor_p]),
     ('dp_group_zero_grad', _S, [group_p]),
     ('dp_group_last_split', _S, [group_p, P(c_int64), c_int, P(c_int)]),
+    ('dp_process_group_create', _S, [c_char_p, P(pg_p)]),
+    ('dp_process_group_destroy', None, [pg_p]),
+    ('dp_process_group_rank', _S, [pg_p, P(c_int)]),
+    ('dp_process_group_world_size', _S, [pg_p, P(c_int)]),
+    ('dp_process_group_local_rank', _S, [pg_p, P(c_int)]),
+    ('dp_process_group_local_world_size', _S, [pg_p, P(c_int)]),
+    ('dp_process_group_barrier', _S, [pg_p]),
+    ('dp_group_create_distributed', _S, [model_p, c_char_p, pg_p, P(group_p)]),
+    ('dp_group_global_devices', _S, [group_p, P(c_int), P(c_int)]),
     ('dp_optimizer_create', _S, [group_p, c_char_p, P(opt_p)]),
     ('dp_optimizer_step', _S, [opt_p]),
     ('dp_optimizer_lr', _S, [opt_p, P(c_double)]),
@@ -136,6 +145,7 @@ _PROTOS = [
     ('dp_loader_next', _S, [loader_p, tensor_p, tensor_p, P(c_int64)]),
     ('dp_loader_position', _S, [loader_p, P(c_int64), P(c_int64)]),
     ('dp_loader_seek', _S, [loader_p, c_int64, c_int64]),
+    ('dp_loader_shard', _S, [loader_p, group_p]),
     ('dp_model_load_safetensors', _S, [model_p, c_char_p]),
     ('dp_model_save_safetensors', _S, [model_p, c_char_p]),
     ('dp_checkpoint_save', _S, [c_char_p, group_p, opt_p, loader_p, c_char_p]),

@@ -153,8 +153,19 @@ class DataParallel:
         _check(_lib.group_num_devices(self._h, ctypes.byref(n)))
         return n.value
 
+    @property
+    def global_devices(self):
+        """(count, first): the devices of every process of the group (for a
+        DistributedDataParallel; num_devices otherwise) and where this
+        process's begin among them, in rank order."""
+        count, first = ctypes.c_int(), ctypes.c_int()
+        _check(_lib.group_global_devices(self._h, ctypes.byref(count), ctypes.byref(first)))
+        return count.value, first.value
+
     def set_split(self, mode):
-        """"chunk" (torch.chunk's rule, the default) or "balanced"."""
+        """"chunk" (torch.chunk's rule, the default) or "balanced". Across
+        processes every process sets the same, before the loaders sharded on
+        this group are made (they keep the split rule they were made with)."""
         _check(_lib.group_set_option(self._h, 0, {'chunk': 0, 'balanced': 1}[mode]))
         return self
 
@@ -196,7 +207,8 @@ class DataParallel:
         _check(_lib.group_zero_grad(self._h))
 
     def last_split(self):
-        """The rows each device ran in the last forward or train step."""
+        """The rows each device ran in the last forward or train step (this
+        process's devices)."""
         sizes = (ctypes.c_int64 * 1024)()
         n = ctypes.c_int()
         _check(_lib.group_last_split(self._h, sizes, 1024, ctypes.byref(n)))

@@ -14,10 +14,19 @@
 // bucket, so the first range summed decides for all. (dp_group_backward sums
 // into replica 0's own gradients instead, and reduce() adds them to the
 // model's.)
+//
+// With processes (a process group), the replicas' sum of each bucket is not
+// the end: a stage thread takes the buckets in order, as each one's local
+// sum completes, sums it over the processes (the process communicator, in
+// place), and only then applies the optimizer to it. Before the first
+// bucket it gathers every process's losses and statistics, so the gate
+// decides on the whole batch's loss, the same on every process.
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/local_comm.h"
@@ -101,6 +110,26 @@ class CpuEngine final : public Engine {
     set_threads_per_device(threads);
   }
 
+  ~CpuEngine() override {
+    if (!stage_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      stop_ = true;
+    }
+    stage_cv_.notify_all();
+    stage_.join();
+  }
+
+  void set_processes(Communicator* procs, int rank, int first, int global) override {
+    Engine::set_processes(procs, rank, first, global);
+    // Fewer, larger buckets than between threads: each costs a round trip
+    // over the network.
+    set_bucket_mb(1);
+    left_.reset(new std::atomic<int64_t>[buckets_.size()]);
+    ready_.assign(buckets_.size(), 0);
+    stage_ = std::thread(&CpuEngine::stage_main, this);
+  }
+
   void set_threads_per_device(int threads) override {
     devices_.clear();
     for (int r = 0; r < n_; ++r)
@@ -144,11 +173,37 @@ class CpuEngine final : public Engine {
     // added to it in place (in a training step, the model's own).
     devices_[0]->graph().set_grads(dst_);
     if (!opt_) dst_ = devices_[0]->graph().grads();
+    if (procs_ && (plan.job == Job::kTrain || plan.job == Job::kBackward) && !buckets_.empty()) {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      for (size_t j = 0; j < buckets_.size(); ++j) left_[j].store(buckets_[j].count, std::memory_order_relaxed);
+      std::fill(ready_.begin(), ready_.end(), 0);
+      cancel_ = false;
+      stage_error_ = nullptr;
+      stage_train_ = plan.job == Job::kTrain;
+      ++stage_started_;
+      stage_cv_.notify_all();
+    }
   }
   // A step whose loss is not finite leaves the gradients zero, as a GPU
   // group does (the buckets wrote sums the optimizer never used).
-  void finish(const RunPlan&) override {
+  void finish(const RunPlan& plan) override {
+    if (procs_) {
+      std::unique_lock<std::mutex> lock(stage_mu_);
+      stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
+      if (stage_error_) std::rethrow_exception(stage_error_);
+      lock.unlock();
+      if (plan.job != Job::kBackward && !gathered_) gather_results();
+    }
     if (opt_ && gate_ == kHold) zero_grad();
+  }
+  // After a failure (the process communicator is aborted by then, so the
+  // stage's collective in flight fails at once).
+  void abandon() override {
+    if (!procs_) return;
+    std::unique_lock<std::mutex> lock(stage_mu_);
+    cancel_ = true;
+    stage_cv_.notify_all();
+    stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
   }
   bool bucketed() const override { return true; }
   void reduce_bucket(int r, int64_t begin, int64_t count) override {
@@ -168,6 +223,15 @@ class CpuEngine final : public Engine {
   // (every replica computed its loss before it joined the first bucket).
   void sum_then_step(float* out, const float* const* in, int k, int64_t b, int64_t e) {
     LocalComm::host_sum(out, in, k, b, e);
+    if (procs_) {  // the bucket goes on to the stage once its whole local sum is done
+      const int j = bucket_at(out - dst_);
+      if (left_[j].fetch_sub(e - b, std::memory_order_acq_rel) == e - b) {
+        std::lock_guard<std::mutex> lock(stage_mu_);
+        ready_[static_cast<size_t>(j)] = 1;
+        stage_cv_.notify_all();
+      }
+      return;
+    }
     if (!opt_ || !decide()) return;
     const int64_t at = out - dst_;  // where the bucket starts in the model's arrays
     opt_->update(params_, dst_, at + b, at + e);
@@ -187,7 +251,46 @@ class CpuEngine final : public Engine {
     return g == kStep;
   }
 
+  // The stage of processes: one job's buckets, in order.
+  void stage_main() {
+    std::unique_lock<std::mutex> lock(stage_mu_);
+    for (;;) {
+      stage_cv_.wait(lock, [&] { return stop_ || stage_done_ < stage_started_; });
+      if (stop_) return;
+      for (size_t j = 0; j < buckets_.size(); ++j) {
+        stage_cv_.wait(lock, [&] { return cancel_ || ready_[j]; });
+        if (cancel_) break;
+        lock.unlock();
+        try {
+          const Bucket& bk = buckets_[j];
+          if (j == 0 && stage_train_) {
+            gather_results();
+            decide();
+          }
+          procs_->all_reduce(rank_, dst_ + bk.begin, dst_ + bk.begin, bk.count);
+          if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
+          lock.lock();
+        } catch (...) {
+          lock.lock();
+          stage_error_ = std::current_exception();
+          break;
+        }
+      }
+      ++stage_done_;
+      stage_cv_.notify_all();
+    }
+  }
+
   LocalComm comm_;
+  // The stage of processes (only with set_processes), guarded by stage_mu_.
+  std::thread stage_;
+  std::mutex stage_mu_;
+  std::condition_variable stage_cv_;
+  std::unique_ptr<std::atomic<int64_t>[]> left_;  // per bucket: floats whose local sum is not done
+  std::vector<char> ready_;                       // per bucket: local sum done
+  uint64_t stage_started_ = 0, stage_done_ = 0;   // jobs
+  bool stage_train_ = false, cancel_ = false, stop_ = false;
+  std::exception_ptr stage_error_;
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
   float* dst_ = nullptr;      // where the buckets' sums go
   float* params_ = nullptr;

@@ -1,0 +1,284 @@
+"""Training across processes, with torch.distributed's names: a process
+group (dp.init_process_group and the default group's get_rank, barrier, ...)
+and dp.DistributedDataParallel, one group over every process's devices.
+
+    import dp
+    dp.init_process_group()                  # torchrun's environment; none: a world of one
+    model = dp.DistributedDataParallel(dp.Model("model.json"))      # this process's cores
+    loader = dp.DataLoader(train, batch_size=64, shuffle=True, shard=model)
+    for x, y in loader:                       # this process's rows of each global batch
+        loss = model.train_step(opt, x, y)    # the global batch's loss, on every rank
+
+Unlike torch.distributed, the sampler belongs to the group (DataLoader's
+shard=), and train_step reduces the loss over the global batch, so results
+do not depend on the number of processes; backward, as DataParallel's, adds
+the gradients of every device of every process (a grad_output scaled for
+the global batch gives the global batch's gradients).
+"""
+import ctypes
+import datetime
+import json as _json
+import operator
+import threading
+import urllib.parse
+
+from . import _lib
+from ._context import device_count
+from ._errors import _check
+from ._model import DataParallel, Model, _devices
+from ._util import _destroy
+
+
+def _int_key(name, value):
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f'{name} must be an int, got {type(value).__name__} {value!r}') from None
+
+
+def _seconds(timeout):
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        return float(timeout)
+    raise TypeError(f'timeout must be a datetime.timedelta or seconds, got {type(timeout).__name__}')
+
+
+def _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port):
+    """The process group's JSON config (a dict) from init_process_group's
+    arguments: only the keys given; the rest come from the environment."""
+    cfg = {}
+    if init_method is not None and init_method != 'env://':
+        url = urllib.parse.urlsplit(init_method)
+        if url.scheme not in ('tcp', 'env'):
+            raise ValueError(f'init_method {init_method!r}: dp supports "env://" (the default: MASTER_ADDR, '
+                             f'MASTER_PORT, RANK, WORLD_SIZE) and "tcp://HOST:PORT"')
+        if url.scheme == 'tcp':
+            try:
+                port = url.port
+            except ValueError:
+                port = None
+            if not url.hostname or port is None:
+                raise ValueError(f'init_method {init_method!r}: expected "tcp://HOST:PORT"')
+            if master_addr is not None or master_port is not None:
+                raise ValueError('give the address either in init_method or as master_addr/master_port, not both')
+            cfg['master_addr'], cfg['master_port'] = url.hostname, port
+        # As torch.distributed: "tcp://host:port?rank=0&world_size=2".
+        query = urllib.parse.parse_qs(url.query)
+        for key in ('rank', 'world_size'):
+            if key in query:
+                try:
+                    cfg[key] = int(query[key][-1])
+                except ValueError:
+                    raise ValueError(f'init_method {init_method!r}: {key} must be an int') from None
+    # -1 is torch.distributed's "not given" for rank and world_size.
+    for key, value in (('rank', rank), ('world_size', world_size)):
+        if value is not None and value != -1:
+            value = _int_key(key, value)
+            if key in cfg and cfg[key] != value:
+                raise ValueError(f'{key}={value} differs from init_method\'s {key}={cfg[key]}')
+            cfg[key] = value
+    if local_rank is not None:
+        cfg['local_rank'] = _int_key('local_rank', local_rank)
+    if master_addr is not None:
+        cfg['master_addr'] = str(master_addr)
+    if master_port is not None:
+        cfg['master_port'] = _int_key('master_port', master_port)
+    if timeout is not None:
+        cfg['timeout_s'] = _seconds(timeout)
+    return cfg
+
+
+class ProcessGroup:
+    """The processes that train one model together (dp_process_group), as
+    torch.distributed's ProcessGroup. Creating one is collective: it returns
+    once every process has joined. config: a dict (or JSON text) with any of
+    "rank", "world_size", "local_rank", "master_addr", "master_port",
+    "timeout_s"; keys left out come from the launcher's environment (torchrun's
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; mpirun's; srun's),
+    and with none a world of one process. Most programs use
+    dp.init_process_group instead, which keeps one as the default group."""
+
+    def __init__(self, config=None):
+        if 'dp_process_group_create' in _lib.missing:
+            raise RuntimeError(f'dp: {_lib.path} predates process groups (dp_process_group_create); '
+                               f'use a newer libdp')
+        if isinstance(config, dict):
+            text = _json.dumps(config) if config else None
+        else:
+            text = config or None
+        h = ctypes.c_void_p()
+        _check(_lib.process_group_create(text.encode() if text is not None else None, ctypes.byref(h)))
+        self._h = h
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError('the process group was destroyed')
+        return self._h
+
+    def _int(self, fn):
+        v = ctypes.c_int()
+        _check(fn(self._handle(), ctypes.byref(v)))
+        return v.value
+
+    @property
+    def rank(self):
+        """This process's rank, in [0, world_size)."""
+        return self._int(_lib.process_group_rank)
+
+    @property
+    def world_size(self):
+        """The number of processes."""
+        return self._int(_lib.process_group_world_size)
+
+    @property
+    def local_rank(self):
+        """This process's rank among those on its machine (LOCAL_RANK)."""
+        return self._int(_lib.process_group_local_rank)
+
+    @property
+    def local_world_size(self):
+        """The number of the group's processes on this machine (those with
+        this host name): they share its cores."""
+        return self._int(_lib.process_group_local_world_size)
+
+    def barrier(self):
+        """Returns once every process has called it."""
+        _check(_lib.process_group_barrier(self._handle()))
+
+    def destroy(self):
+        """Leaves the process group (also done when it is garbage-collected).
+        Groups made on it keep the connections until they are freed."""
+        _destroy(self, _lib.process_group_destroy if _lib else None)
+
+    def __del__(self):
+        self.destroy()
+
+    def __repr__(self):
+        if self._h is None:
+            return 'ProcessGroup(destroyed)'
+        return f'ProcessGroup(rank={self.rank}, world_size={self.world_size}, local_rank={self.local_rank})'
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=None, rank=None, *,
+                       local_rank=None, master_addr=None, master_port=None):
+    """Joins the default process group, as torch.distributed.init_process_group:
+    a collective call that returns once every process has joined. Without
+    arguments it reads the launcher's environment ("env://": torchrun's RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; Open MPI's and Slurm's
+    variables too), and with no launcher it makes a world of one process, so a
+    script may call it unconditionally. Arguments given override the
+    environment: init_method "tcp://HOST:PORT" (or master_addr and
+    master_port), world_size, rank, local_rank, timeout (a datetime.timedelta
+    or seconds: how long to wait for the others, here and in every later
+    collective call; default DP_COMM_TIMEOUT, else 300 s). backend: None or
+    "gloo" (processes talk over TCP with Gloo; CPU devices). Rank 0 serves the
+    start-up store at master_addr:master_port. Raises ValueError when already
+    initialized, dp.ModelError for a bad value (a rank outside the world),
+    dp.CommError when the others do not all arrive within the timeout,
+    dp.IOError when rank 0 cannot listen on the port. Returns the group."""
+    global _default
+    if backend is not None and str(backend).lower() != 'gloo':
+        raise ValueError(f'backend {backend!r}: dp\'s process groups communicate over TCP with Gloo (CPU devices); '
+                         f'use backend="gloo" or leave it out')
+    cfg = _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port)
+    with _default_lock:
+        if _default is not None:
+            raise ValueError('trying to initialize the default process group twice '
+                             '(dp.destroy_process_group() first)')
+        _default = ProcessGroup(cfg)
+        return _default
+
+
+def is_initialized():
+    """Whether init_process_group has made the default process group."""
+    return _default is not None
+
+
+def _group(group):
+    if group is not None:
+        return group
+    pg = _default
+    if pg is None:
+        raise ValueError('the default process group has not been initialized: call dp.init_process_group() '
+                         'first (without a launcher it makes a world of one process)')
+    return pg
+
+
+def get_rank(group=None):
+    """This process's rank in the group (default: the default group). Raises
+    ValueError before init_process_group, as torch.distributed does."""
+    return _group(group).rank
+
+
+def get_world_size(group=None):
+    """The number of processes in the group (default: the default group).
+    Raises ValueError before init_process_group, as torch.distributed does."""
+    return _group(group).world_size
+
+
+def get_local_rank(group=None):
+    """This process's rank among the group's processes on its machine
+    (LOCAL_RANK). Raises ValueError before init_process_group."""
+    return _group(group).local_rank
+
+
+def barrier(group=None):
+    """Returns once every process of the group (default: the default group) has called it."""
+    _group(group).barrier()
+
+
+def destroy_process_group(group=None):
+    """Leaves the group (default: the default group, which is then no longer
+    initialized; init_process_group may make a new one). Models made on it
+    keep working until they are freed; free them before joining a new group
+    on the same port."""
+    global _default
+    with _default_lock:
+        if group is None or group is _default:
+            pg = _group(group)
+            _default = None
+        else:
+            pg = group
+    pg.destroy()
+
+
+def _process_devices(devices, pg):
+    """DistributedDataParallel's devices: "auto" is this process's share of
+    the machine's cores (cores // processes on this machine, at least 1) in a
+    world of several processes (GPUs do not cross processes yet), and as
+    DataParallel's "auto" in a world of one."""
+    if (devices is None or devices == 'auto') and pg.world_size > 1:
+        n = max(1, device_count('cpu') // pg.local_world_size)
+        return ','.join(f'cpu:{i}' for i in range(n))
+    return _devices(devices)
+
+
+class DistributedDataParallel(DataParallel):
+    """One group over the devices of every process of a process group, as
+    torch.nn.parallel.DistributedDataParallel; the same API as DataParallel.
+    Every process makes it (a collective call) from the same model, naming
+    its own devices ("auto": this process's share of the machine's cores;
+    "cpu:0,cpu:1"; a list; a count), and then makes the same calls in the
+    same order. Every process starts from rank 0's parameters and buffers.
+    The global batch is split over all processes' devices in rank order;
+    each process passes only its rows (a DataLoader made with shard=this
+    reads exactly those), may pass 0 rows, and train_step/evaluate return the
+    global batch's loss and correct count on every process; calling it
+    returns this process's rows of the output. save_checkpoint writes on rank
+    0 only, load_checkpoint reads on every process (both collective).
+    process_group: default, the one init_process_group made."""
+
+    def __init__(self, model, devices='auto', process_group=None):
+        pg = _group(process_group)
+        if not isinstance(model, Model):
+            model = Model(model)
+        h = ctypes.c_void_p()
+        _check(_lib.group_create_distributed(model._h, _process_devices(devices, pg).encode(), pg._handle(),
+                                             ctypes.byref(h)))
+        self._h, self.model, self._ctx, self.process_group = h, model, model._ctx, pg
+        self.training = True

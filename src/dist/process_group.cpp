@@ -1,0 +1,79 @@
+#include "dist/process_group.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/args.h"
+#include "core/error.h"
+#ifdef DP_HAVE_GLOO
+#include "dist/gloo_comm.h"
+#endif
+
+namespace dp {
+
+using json = nlohmann::json;
+
+DistConfig dist_config_from_json(const std::string& text) {
+  DistConfig c = dist_config_from_env();
+  if (text.empty()) return c;
+  json doc;
+  try {
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    fail(DP_ERR_JSON, std::string("process group JSON: ") + e.what());
+  }
+  Args a(doc, "");
+  const bool given = a.has("rank") || a.has("world_size");
+  c.world_size = static_cast<int>(a.integer("world_size", c.world_size, 1));
+  c.rank = static_cast<int>(a.integer("rank", c.rank, 0));
+  if (c.rank >= c.world_size)
+    fail(DP_ERR_MODEL, "/rank: " + std::to_string(c.rank) + " is outside the world of " + std::to_string(c.world_size) + " processes");
+  c.local_rank = static_cast<int>(a.integer("local_rank", c.local_rank, 0));
+  c.master_addr = a.string("master_addr", c.master_addr);
+  const int64_t port = a.integer("master_port", c.master_port, 1);
+  if (port > 65535) fail(DP_ERR_MODEL, "/master_port: expected a port in [1, 65535], got " + std::to_string(port));
+  c.master_port = static_cast<int>(port);
+  c.timeout_s = a.number("timeout_s", c.timeout_s, 0.001, 86400);
+  if (given && c.launcher.empty()) c.launcher = "config";
+  a.finish("a process group config");
+  return c;
+}
+
+ProcessGroup::ProcessGroup(const DistConfig& config) : config_(config) {
+  if (config_.world_size == 1) return;
+#ifdef DP_HAVE_GLOO
+  store_ = std::make_unique<TcpStore>(config_.master_addr, config_.master_port, config_.rank == 0, config_.timeout_s);
+  rendezvous(*store_, config_);
+  comm_ = std::make_unique<GlooComm>(*store_, config_);
+  // Processes on this machine: those with this host name.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  local_world_size_ = 0;
+  for (const std::string& h : all_gather(host)) local_world_size_ += h == host;
+#else
+  fail(DP_ERR_DEVICE, "this dp was built without Gloo (Debian's libgloo-dev), so it cannot join a world of " +
+                          std::to_string(config_.world_size) + " processes");
+#endif
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
+  if (config_.world_size == 1) return {value};
+  const std::string base = "dp/gather/" + std::to_string(seq_++) + "/";
+  store_->set(base + std::to_string(config_.rank), value);
+  std::vector<std::string> keys;
+  for (int r = 0; r < config_.world_size; ++r) keys.push_back(base + std::to_string(r));
+  return store_->get(keys, config_.timeout_s);
+}
+
+void ProcessGroup::check_same(const std::string& what, const std::string& value) {
+  const std::vector<std::string> all = all_gather(value);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + "'s " + what + " differs from rank 0's: rank 0 has " +
+                                        all[0] + ", rank " + std::to_string(r) + " has " + all[r]);
+}
+
+}  // namespace dp

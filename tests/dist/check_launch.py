@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""`dp train` started by launchers, as processes on this machine: the
+torchrun contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT:
+what torchrun, Kubernetes jobs and srun-style launchers set), and Open MPI's
+mpirun when it is installed. Checks that two processes train as one process
+with both devices, that rank 0 alone reports and writes the checkpoint, that
+a killed rank ends the survivor with exit 1 naming it (and an mpirun job
+non-zero), and that start-up errors (a missing rank, differing world sizes)
+are errors within the timeout, not hangs.
+
+    check_launch.py BUILD/src/cli/dp MODEL.json
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+DP = os.path.abspath(sys.argv[1])
+MODEL = os.path.abspath(sys.argv[2])
+passed = failed = 0
+
+
+def expect(cond, what, detail=''):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f'FAILED: {what}\n{detail}')
+
+
+def free_port():
+    """A port nothing listens on, below the kernel's ephemeral range (where
+    mpirun's daemons and Gloo's connections take theirs while we start)."""
+    rng = random.Random(os.getpid() * 7919 + time.time_ns())
+    while True:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+                return port
+            except OSError:
+                continue
+
+
+def train_args(*extra, epochs=2):
+    return [DP, 'train', MODEL, '--data', 'synthetic:600', '--batch-size', '30', '--epochs', str(epochs),
+            '--workers', '0', '--seed', '4', *extra]
+
+
+def rank_env(rank, world, port, **more):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), DP_COMM_TIMEOUT='30')
+    env.update({k: str(v) for k, v in more.items()})
+    return env
+
+
+def start_ranks(args, world, port, **more):
+    return [subprocess.Popen(args, env=rank_env(r, world, port, **more), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for r in range(world)]
+
+
+def finish(procs, timeout=240):
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+            e += '\n(killed at the test deadline)'
+        out.append((p.returncode, o, e))
+    return out
+
+
+def last_json(text):
+    lines = [l for l in text.strip().splitlines() if l.startswith('{')]
+    return json.loads(lines[-1]) if lines else None
+
+
+tmp = tempfile.mkdtemp(prefix='dp_launch_')
+
+# 1. Two processes of one device each train as one process of two devices.
+one = subprocess.run(train_args('--devices', 'cpu:0,cpu:1', '--save', f'{tmp}/one.ckpt'),
+                     capture_output=True, text=True, timeout=240)
+expect(one.returncode == 0, 'one process, two devices: exit 0', one.stderr)
+ref = last_json(one.stdout)
+res = finish(start_ranks(train_args('--devices', 'cpu:0', '--save', f'{tmp}/two.ckpt'), 2, free_port()))
+(rc0, out0, err0), (rc1, out1, err1) = res
+expect(rc0 == 0 and rc1 == 0, 'torchrun contract, 2 processes: both exit 0', err0 + err1)
+got = last_json(out0)
+expect(got is not None and got['processes'] == 2 and got['devices'] == 2, 'rank 0 reports 2 processes, 2 devices', out0)
+expect(out1.strip() == '' and 'epoch' not in err1, 'rank 1 prints nothing', out1 + err1)
+expect(os.path.exists(f'{tmp}/two.ckpt'), 'rank 0 wrote the checkpoint')
+if ref and got:
+    for key in ('train_loss', 'test_loss', 'test_accuracy'):
+        a, b = ref[key], got[key]
+        expect(abs(a - b) <= 1e-4 * max(1.0, abs(a)), f'{key}: 2 processes x 1 device as 1 x 2 ({b} vs {a})')
+
+# 2. A rank killed mid-training: the survivor exits 1 within seconds, naming it.
+port = free_port()
+procs = start_ranks(train_args('--devices', 'cpu:0', epochs=1000), 2, port)
+time.sleep(3)
+expect(procs[0].poll() is None and procs[1].poll() is None, 'both ranks train (before the kill)')
+procs[1].send_signal(signal.SIGKILL)
+t0 = time.time()
+(rc0, out0, err0), _ = finish(procs, timeout=60)
+took = time.time() - t0
+expect(rc0 == 1, 'survivor of a killed rank: exit 1', err0)
+expect('rank 1 died or left' in err0, 'survivor names the lost rank', err0)
+expect(took < 20, f'survivor noticed in {took:.1f} s (DP_COMM_TIMEOUT 30)')
+
+# 3. A rank that never comes: start-up fails within the timeout, naming it and the address.
+port = free_port()
+t0 = time.time()
+p = subprocess.run(train_args('--devices', 'cpu:0'), env=rank_env(0, 2, port, DP_COMM_TIMEOUT=3),
+                   capture_output=True, text=True, timeout=60)
+expect(p.returncode == 1, 'a rank missing: exit 1', p.stderr)
+expect('rank 1 of 2 did not join' in p.stderr and f'127.0.0.1:{port}' in p.stderr,
+       'a rank missing: named, with the address', p.stderr)
+expect(time.time() - t0 < 20, 'a rank missing: within the timeout')
+
+# 4. Differing world sizes: a clear error on both, not a hang.
+port = free_port()
+procs = [subprocess.Popen(train_args('--devices', 'cpu:0'), env=rank_env(r, w, port, DP_COMM_TIMEOUT=10),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r, w in ((0, 2), (1, 3))]
+res = finish(procs, timeout=60)
+for r, (rc, _, err) in enumerate(res):
+    expect(rc != 0 and 'WORLD_SIZE differs' in err, f'differing world sizes: rank {r} refuses', err)
+
+# 5. Open MPI's mpirun: rank and size from its environment.
+mpirun = shutil.which('mpirun')
+if mpirun:
+    mpi = [mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x', f'MASTER_PORT={free_port()}',
+           '-x', 'DP_COMM_TIMEOUT=30']
+    p = subprocess.run(mpi + train_args('--devices', 'cpu:0'), capture_output=True, text=True, timeout=240)
+    got = last_json(p.stdout)
+    expect(p.returncode == 0 and got is not None and got['processes'] == 2, 'mpirun -np 2: trains, rank 0 reports',
+           p.stdout + p.stderr)
+    expect(sum(1 for l in p.stdout.splitlines() if l.startswith('{')) == 1, 'mpirun: one report', p.stdout)
+    if ref and got:
+        expect(abs(ref['test_loss'] - got['test_loss']) <= 1e-4 * max(1.0, ref['test_loss']),
+               'mpirun: as one process of two devices')
+
+    # A rank killed under mpirun: the job ends non-zero within the timeout.
+    job = subprocess.Popen(mpi + train_args('--devices', 'cpu:0', epochs=1000), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    victim = None
+    for _ in range(200):  # find rank 1 by its environment
+        time.sleep(0.05)
+        for pid in os.listdir('/proc'):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f'/proc/{pid}/environ', 'rb') as f:
+                    env = f.read().split(b'\0')
+                with open(f'/proc/{pid}/cmdline', 'rb') as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b'OMPI_COMM_WORLD_RANK=1' in env and cmd.startswith(DP.encode()):
+                victim = int(pid)
+        if victim:
+            break
+    expect(victim is not None, 'mpirun: found rank 1')
+    if victim:
+        time.sleep(2)
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.time()
+        try:
+            o, e = job.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            o, e = job.communicate()
+        expect(job.returncode not in (0, None), 'mpirun: a killed rank ends the job non-zero', e)
+        expect(time.time() - t0 < 30, 'mpirun: within the timeout')
+    else:
+        job.kill()
+        job.communicate()
+else:
+    print('mpirun not installed: its cases skipped')
+
+shutil.rmtree(tmp, ignore_errors=True)
+print(f'{passed} passed, {failed} failed')
+sys.exit(1 if failed else 0)

@@ -1,0 +1,399 @@
+// Training across processes (issue 11), through the C ABI only, with forked
+// processes over loopback: P processes with their own CPU devices train as
+// one process with all those devices (batch sizes 30, 10 and 7, dropout and
+// batch norm, SGD with momentum and Adam), and without batch norm as one
+// device; two runs of
+// one world are bitwise the same; a run resumed from a checkpoint at another
+// world size goes on as the uninterrupted one; differing models, optimizers
+// and datasets are refused on every process; a rank killed mid-step fails
+// its peers' calls with DP_ERR_COMM within seconds.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../api_util.h"
+#include "ranks.h"
+
+namespace {
+
+const char* kModel = R"({"seed": 7, "input": {"shape": [6]},
+  "layers": [{"type": "linear", "out_features": 12, "bias": false}, {"type": "batch_norm1d"}, {"type": "relu"},
+             {"type": "dropout", "p": 0.25}, {"type": "linear", "out_features": 5}],
+  "loss": {"type": "cross_entropy"}})";
+const char* kModelNoBatchNorm = R"({"seed": 7, "input": {"shape": [6]},
+  "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
+             {"type": "linear", "out_features": 5}],
+  "loss": {"type": "cross_entropy"}})";
+const char* kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+const char* kAdam = R"({"type": "adam", "lr": 0.01})";
+const int64_t kSamples = 71;  // batches of 30: 30, 30, 11; of 7: ten of 7 and one of 1
+
+void ok(dp_status s, const char* what) {
+  if (s != DP_OK) throw std::runtime_error(std::string(what) + ": " + dp_status_name(s) + ": " + dp_last_error());
+}
+#define OK(call) ok((call), #call)
+
+// What a run leaves: parameters, buffers and the losses of its steps, then
+// the evaluation's loss and correct count. Bytes, so that a child can send it.
+struct Result {
+  std::vector<float> params, buffers, losses;
+  float eval_loss = 0;
+  int64_t correct = 0;
+  std::string bytes() const {
+    std::string s;
+    for (const auto* v : {&params, &buffers, &losses}) {
+      const uint64_t n = v->size();
+      s.append(reinterpret_cast<const char*>(&n), 8);
+      s.append(reinterpret_cast<const char*>(v->data()), n * sizeof(float));
+    }
+    s.append(reinterpret_cast<const char*>(&eval_loss), 4);
+    s.append(reinterpret_cast<const char*>(&correct), 8);
+    return s;
+  }
+  static Result from(const std::string& s) {
+    Result r;
+    size_t at = 0;
+    for (auto* v : {&r.params, &r.buffers, &r.losses}) {
+      REQUIRE(s.size() >= at + 8);
+      uint64_t n = 0;
+      std::memcpy(&n, s.data() + at, 8);
+      at += 8;
+      REQUIRE(s.size() >= at + n * sizeof(float));
+      v->resize(n);
+      std::memcpy(v->data(), s.data() + at, n * sizeof(float));
+      at += n * sizeof(float);
+    }
+    REQUIRE(s.size() == at + 12);
+    std::memcpy(&r.eval_loss, s.data() + at, 4);
+    std::memcpy(&r.correct, s.data() + at + 4, 8);
+    return r;
+  }
+};
+
+struct Setup {
+  const char* model = kModel;
+  const char* opt = kSgd;
+  int64_t batch = 30;
+  int64_t samples = kSamples;
+  int epochs = 1;
+  std::string devices = "cpu:0";
+  // Checkpoints: after `save_after` steps, save to `path` and stop; or
+  // resume from `path` first.
+  int save_after = -1;
+  std::string save_path, resume_path;
+};
+
+// One process's run: with world > 1, rank `rank` of a process group on
+// loopback `port`; world 0: no process group at all (dp_group_create).
+Result run(const Setup& s, int rank, int world, int port) {
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  dp_process_group* pg = nullptr;
+  dp_group* group = nullptr;
+  dp_optimizer* opt = nullptr;
+  dp_dataset* ds = nullptr;
+  dp_loader *loader = nullptr, *eval_loader = nullptr;
+  OK(dp_context_create(&ctx));
+  OK(dp_model_from_json(ctx, s.model, &model));
+  if (world > 0) {
+    const std::string cfg = "{\"rank\": " + std::to_string(rank) + ", \"world_size\": " + std::to_string(world) +
+                            ", \"master_addr\": \"127.0.0.1\", \"master_port\": " + std::to_string(port) + ", \"timeout_s\": 30}";
+    OK(dp_process_group_create(cfg.c_str(), &pg));
+    OK(dp_group_create_distributed(model, s.devices.c_str(), pg, &group));
+  } else {
+    OK(dp_group_create(model, s.devices.c_str(), &group));
+  }
+  OK(dp_optimizer_create(group, s.opt, &opt));
+
+  TestRng rng(42);
+  std::vector<float> x(static_cast<size_t>(s.samples * 6));
+  std::vector<int64_t> y(static_cast<size_t>(s.samples));
+  for (float& v : x) v = rng.uniform(-1, 1);
+  for (auto& v : y) v = rng.next() % 5;
+  const int64_t sample_shape[] = {6};
+  OK(dp_dataset_from_arrays(ctx, x.data(), 1, sample_shape, s.samples, DP_I64, y.data(), 0, nullptr, 0, &ds));
+  const std::string lcfg = "{\"batch_size\": " + std::to_string(s.batch) + ", \"shuffle\": true, \"seed\": 3}";
+  OK(dp_loader_create(ds, lcfg.c_str(), &loader));
+  OK(dp_loader_create(ds, "{\"batch_size\": 16}", &eval_loader));
+  if (world > 0) {
+    OK(dp_loader_shard(loader, group));
+    OK(dp_loader_shard(eval_loader, group));
+  }
+  if (!s.resume_path.empty()) OK(dp_checkpoint_load(s.resume_path.c_str(), group, opt, loader));
+
+  Result res;
+  const int64_t shape0[] = {0, 6}, tshape0[] = {0};
+  dp_tensor *in = nullptr, *tg = nullptr;
+  OK(dp_tensor_create(ctx, DP_F32, 2, shape0, &in));
+  OK(dp_tensor_create(ctx, DP_I64, 1, tshape0, &tg));
+  int steps = 0;
+  int64_t epoch = 0, b = 0;
+  OK(dp_loader_position(loader, &epoch, &b));
+  for (; epoch < s.epochs; ++epoch) {
+    int64_t rows = 0;
+    while (OK(dp_loader_next(loader, in, tg, &rows)), rows > 0) {
+      float loss = 0;
+      OK(dp_group_train_step(group, opt, in, tg, &loss));
+      res.losses.push_back(loss);
+      if (++steps == s.save_after) {
+        OK(dp_checkpoint_save(s.save_path.c_str(), group, opt, loader, nullptr));
+        epoch = s.epochs;
+        break;
+      }
+    }
+  }
+  OK(dp_group_set_training(group, 0));
+  int64_t rows = 0;
+  while (OK(dp_loader_next(eval_loader, in, tg, &rows)), rows > 0) {
+    float loss = 0;
+    int64_t correct = 0;
+    OK(dp_group_evaluate(group, in, tg, &loss, &correct));
+    res.eval_loss += loss;
+    res.correct += correct;
+  }
+  int64_t n = 0;
+  OK(dp_model_num_parameters(model, &n));
+  res.params.resize(static_cast<size_t>(n));
+  OK(dp_model_copy_parameters(model, res.params.data(), n));
+  OK(dp_model_num_buffers(model, &n));
+  res.buffers.resize(static_cast<size_t>(n));
+  OK(dp_model_copy_buffers(model, res.buffers.data(), n));
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(tg);
+  dp_loader_destroy(eval_loader);
+  dp_loader_destroy(loader);
+  dp_dataset_destroy(ds);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(group);
+  dp_process_group_destroy(pg);
+  dp_model_destroy(model);
+  dp_context_destroy(ctx);
+  return res;
+}
+
+// Runs one process per entry of `devices` (rank order); every rank's result.
+std::vector<Result> run_world(Setup s, const std::vector<std::string>& devices) {
+  const int port = free_port();
+  const int world = static_cast<int>(devices.size());
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < world; ++r) {
+    Setup mine = s;
+    mine.devices = devices[static_cast<size_t>(r)];
+    ranks.push_back([=] { return run(mine, r, world, port).bytes(); });
+  }
+  std::vector<Result> out;
+  for (const Outcome& o : run_ranks(ranks, 120)) {
+    INFO("rank " << out.size() << ": " << (o.status == 0 ? std::string("ok") : o.message));
+    REQUIRE(o.status == 0);
+    out.push_back(Result::from(o.message));
+  }
+  return out;
+}
+
+void require_same_run(const Result& a, const Result& b, double tol, const char* what) {
+  INFO(std::string(what));
+  require_close(a.params, b.params, tol, "parameters");
+  require_close(a.buffers, b.buffers, tol, "running statistics");
+  require_close(a.losses, b.losses, tol, "losses");
+  CHECK(std::fabs(a.eval_loss - b.eval_loss) <= tol * std::fmax(1.0, std::fabs(b.eval_loss)));
+  CHECK(a.correct == b.correct);
+}
+
+bool bitwise_equal(const Result& a, const Result& b) { return a.bytes() == b.bytes(); }
+
+}  // namespace
+
+// Batch norm normalises each device's rows by their own statistics, as in
+// nn.DataParallel, so a model with it matches one process with the same
+// devices (the same split), not one device; without it, one device too.
+TEST_CASE("P processes train exactly as one process with all their devices, and as one device") {
+  for (const char* model : {kModel, kModelNoBatchNorm}) {
+    for (const char* opt : {kSgd, kAdam}) {
+      const double tol = opt == kSgd ? 1e-5 : 1e-4;
+      for (int64_t batch : {30, 10, 7}) {
+        const std::string optimizer = opt, with = model == kModel ? "batch norm and dropout" : "dropout";
+        CAPTURE(with);
+        CAPTURE(optimizer);
+        CAPTURE(batch);
+        Setup s;
+        s.model = model;
+        s.opt = opt;
+        s.batch = batch;
+        s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+        const Result four = run(s, 0, 0, 0);
+        if (model == kModelNoBatchNorm) {
+          s.devices = "cpu:0";
+          require_same_run(four, run(s, 0, 0, 0), tol, "1 process x 4 devices against 1 device");
+        }
+
+        const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+        REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));  // every rank holds the same model
+        require_same_run(two_by_two[0], four, tol, "2 processes x 2 devices against 1 x 4");
+
+        const std::vector<Result> three = run_world(s, {"cpu:0", "cpu:0,cpu:1", "cpu:0"});  // uneven shares
+        for (const Result& r : three) REQUIRE(bitwise_equal(r, three[0]));
+        require_same_run(three[0], four, tol, "3 processes (1, 2, 1 devices) against 1 x 4");
+      }
+    }
+  }
+}
+
+TEST_CASE("two runs of the same world are bitwise the same") {
+  Setup s;
+  s.batch = 10;
+  const std::vector<Result> a = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+  const std::vector<Result> b = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+  CHECK(bitwise_equal(a[0], b[0]));
+  CHECK(bitwise_equal(a[1], b[1]));
+}
+
+TEST_CASE("a run checkpointed by 4 processes and resumed by 2 goes on as the uninterrupted one") {
+  char dir[] = "/tmp/dp_dist_ckpt_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/ck.dpck";
+  for (const char* opt : {kSgd, kAdam}) {
+    const std::string optimizer = opt;
+    CAPTURE(optimizer);
+    Setup s;
+    s.opt = opt;
+    s.batch = 10;
+    s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+    const Result whole = run(s, 0, 0, 0);
+
+    Setup first = s;
+    first.save_after = 5;  // inside the first epoch of 8 batches
+    first.save_path = path;
+    run_world(first, {"cpu:0", "cpu:0", "cpu:0", "cpu:0"});
+    Setup second = s;
+    second.resume_path = path;
+    const std::vector<Result> rest = run_world(second, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+    const double tol = opt == kSgd ? 1e-5 : 1e-4;
+    require_close(rest[0].params, whole.params, tol, "parameters");
+    require_close(rest[0].buffers, whole.buffers, tol, "running statistics");
+    const std::vector<float> tail(whole.losses.begin() + 5, whole.losses.end());
+    require_close(rest[0].losses, tail, tol, "losses after the resume");
+    CHECK(rest[0].correct == whole.correct);
+  }
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+namespace {
+
+// Every rank's error from making a group and an optimizer and sharding a
+// loader, with rank 1's model, optimizer or batch size differing.
+std::vector<Outcome> mismatched(const char* model1, const char* opt1, int64_t batch1) {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      Setup s;
+      if (r == 1) s.model = model1, s.opt = opt1, s.batch = batch1;
+      s.epochs = 1;
+      run(s, r, 2, port);
+      return "";
+    });
+  return run_ranks(ranks, 60);
+}
+
+}  // namespace
+
+TEST_CASE("a model, optimizer or dataset that differs between ranks is refused on every rank, naming it") {
+  const std::string other_model = std::string(kModel).replace(std::string(kModel).find("12"), 2, "13");
+  struct Case {
+    const char* model;
+    const char* opt;
+    int64_t batch;
+    const char* what;
+  } cases[] = {{other_model.c_str(), kSgd, 30, "rank 1's model differs from rank 0's"},
+               {kModel, kAdam, 30, "rank 1's optimizer config differs from rank 0's"},
+               {kModel, kSgd, 20, "rank 1's dataset or loader differs from rank 0's"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    for (const Outcome& o : mismatched(c.model, c.opt, c.batch)) {
+      CAPTURE(o.message);
+      CHECK(o.status == 1);
+      CHECK(o.message.find("DP_ERR_INVALID_ARGUMENT") != std::string::npos);
+      CHECK(o.message.find(c.what) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_ERR_COMM within seconds") {
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.push_back([=]() -> std::string {
+      dp_context* ctx = nullptr;
+      dp_model* model = nullptr;
+      dp_process_group* pg = nullptr;
+      dp_group* group = nullptr;
+      dp_optimizer* opt = nullptr;
+      OK(dp_context_create(&ctx));
+      OK(dp_model_from_json(ctx, kModel, &model));
+      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 3, \"master_port\": " +
+                              std::to_string(port) + ", \"timeout_s\": 20}";
+      OK(dp_process_group_create(cfg.c_str(), &pg));
+      OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
+      OK(dp_optimizer_create(group, kSgd, &opt));
+      std::vector<float> x(4 * 6, 0.5f);
+      std::vector<int64_t> y(4, 1);
+      dp_tensor* in = make_f32(ctx, x, {4, 6});
+      dp_tensor* tg = make_i64(ctx, y, {4});
+      for (int step = 0;; ++step) {
+        if (r == 1 && step == 3) ::raise(SIGKILL);
+        float loss = 0;
+        dp_status s = dp_group_train_step(group, opt, in, tg, &loss);  // 12 rows in all: 4 each
+        if (s == DP_OK) continue;
+        std::string first = std::string(dp_status_name(s)) + ": " + dp_last_error();
+        s = dp_group_train_step(group, opt, in, tg, &loss);  // failed for good, at once
+        return first + " | then: " + dp_status_name(s) + ": " + dp_last_error();
+      }
+    });
+  auto out = run_ranks(ranks, 60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(out[1].status == -1);  // the victim
+  for (int r : {0, 2}) {
+    CAPTURE(out[r].message);
+    CHECK(out[r].status == 0);
+    CHECK(out[r].message.rfind("DP_ERR_COMM", 0) == 0);
+    CHECK(out[r].message.find("| then: DP_ERR_COMM") != std::string::npos);
+    CHECK(out[r].message.find("rank 1 died or left") != std::string::npos);  // the lost rank, named
+    CHECK(out[r].message.find("cannot be used again") != std::string::npos);
+  }
+  CHECK(took < 15);  // noticed, not timed out (20 s)
+}
+
+TEST_CASE("a process group's start-up: a missing rank is named with the address, a bad config is refused") {
+  dp_process_group* pg = nullptr;
+  CHECK(dp_process_group_create("{\"rank\": 2, \"world_size\": 2}", &pg) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("/rank") != std::string::npos);
+  CHECK(dp_process_group_create("{\"world_size\": 2, \"rank\": 0, \"colour\": 1}", &pg) == DP_ERR_MODEL);
+  CHECK(dp_process_group_create("{not json", &pg) == DP_ERR_JSON);
+  const int port = free_port();
+  const std::string cfg = "{\"rank\": 0, \"world_size\": 3, \"master_port\": " + std::to_string(port) + ", \"timeout_s\": 2}";
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(dp_process_group_create(cfg.c_str(), &pg) == DP_ERR_COMM);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg = dp_last_error();
+  CAPTURE(msg);
+  CHECK(msg.find("ranks 1, 2 of 3 did not join") != std::string::npos);
+  CHECK(msg.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(took < 10);
+  // A world of one needs no peers (nor Gloo).
+  REQUIRE(dp_process_group_create("{\"rank\": 0, \"world_size\": 1}", &pg) == DP_OK);
+  int rank = -1, world = -1;
+  CHECK(dp_process_group_rank(pg, &rank) == DP_OK);
+  CHECK(dp_process_group_world_size(pg, &world) == DP_OK);
+  CHECK((rank == 0 && world == 1));
+  CHECK(dp_process_group_barrier(pg) == DP_OK);
+  dp_process_group_destroy(pg);
+  dp_process_group_destroy(nullptr);
+}

@@ -9,10 +9,14 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -70,6 +74,33 @@ class NoSigpipe {
   sigset_t old_;
 };
 
+// The address this host reaches host:port from: the source address the
+// kernel's routing picks for it (connecting a UDP socket sends nothing).
+// Peers reach this rank there, as they reach rank 0's store; the machine's
+// host name, Gloo's default, may resolve to loopback (Debian's 127.0.1.1, a
+// network namespace's shared /etc/hosts) or to another network's address.
+// "" when unknown.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res)) return "";
+  std::string out;
+  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    char buf[NI_MAXHOST];
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) == 0)
+      out = buf;
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
 }  // namespace
 
 struct GlooComm::Impl {
@@ -85,14 +116,24 @@ GlooComm::GlooComm(TcpStore& store, const DistConfig& c)
   impl_->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
   NoSigpipe no_sigpipe;  // Gloo's threads start here, and keep SIGPIPE blocked
   try {
+    // This rank listens where its peers can reach it: GLOO_SOCKET_IFNAME's
+    // interface (PyTorch's variable, for machines with several networks),
+    // else the address it reaches rank 0's store from.
     gloo::transport::tcp::attr attr;
-    attr.hostname = c.master_addr == "127.0.0.1" || c.master_addr == "localhost" ? "127.0.0.1" : "";
+    if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface)
+      attr.iface = iface;
+    else
+      attr.hostname = local_address_towards(c.master_addr, c.master_port);
     impl_->device = gloo::transport::tcp::CreateDevice(attr);
     impl_->context = std::make_shared<gloo::rendezvous::Context>(c.rank, c.world_size);
-    impl_->context->setTimeout(impl_->timeout);
+    // Gloo waits five times its timeout for a pair's first connection:
+    // connecting takes a fifth, so a peer lost meanwhile is an error within
+    // DP_COMM_TIMEOUT.
+    impl_->context->setTimeout(impl_->timeout / 5);
     StoreAdapter adapter(store, c.timeout_s);
     gloo::rendezvous::PrefixStore prefixed("dp/gloo", adapter);
     impl_->context->connectFullMesh(prefixed, impl_->device);
+    impl_->context->setTimeout(impl_->timeout);
   } catch (const std::exception& e) {
     fail(DP_ERR_COMM, "rank " + std::to_string(c.rank) + " could not connect to the other " +
                         std::to_string(c.world_size - 1) + " rank(s) with Gloo: " + e.what());
@@ -111,7 +152,7 @@ void GlooComm::guarded(const char* what, F&& f) {
   } catch (const std::exception& e) {
     // Which peer: the store's server saw its connection close (a second at
     // most to notice; a peer that hangs is not lost, it timed out).
-    std::string lost = store_->lost_ranks(world_size_, 1.0);
+    std::string lost = store_->lost_rank(world_size_, 1.0);
     abort(std::string(what) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
           (lost.empty() ? "a peer left, or did not answer within " + std::to_string(int(timeout_s())) + " s (DP_COMM_TIMEOUT)"
                         : lost + " died or left") +

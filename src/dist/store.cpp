@@ -97,6 +97,12 @@ DistConfig dist_config_from_env() {
   }
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) c.master_addr = a;
   c.master_port = static_cast<int>(env_int("MASTER_PORT", c.master_port, 1, 65535));
+  // torchrun's agent serves its own store (PyTorch's TCPStore) at
+  // MASTER_PORT and says so: dp's takes the next port.
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); agent && std::string(agent) == "True") {
+    if (c.master_port == 65535) fail(DP_ERR_INVALID_ARGUMENT, "MASTER_PORT=65535: under torchrun dp's store needs the next port");
+    ++c.master_port;
+  }
   if (const char* t = std::getenv("DP_COMM_TIMEOUT"); t && *t) {
     char* end = nullptr;
     const double s = std::strtod(t, &end);
@@ -178,9 +184,9 @@ class TcpStore::Server {
       char op = 0;
       std::string key, value;
       if (!recv_all(fd, &op, 1) || op == 'Q' || !recv_str(fd, &key)) {
-        if (op != 'Q' && !rank.empty() && !stop_) {
+        if (op != 'Q' && !rank.empty() && !stop_) {  // numbered in the order they are noticed
           std::lock_guard<std::mutex> lock(mu_);
-          data_["dp/lost/" + rank] = "1";
+          data_["dp/lost/" + rank] = std::to_string(++lost_);
         }
         return;
       }
@@ -214,6 +220,7 @@ class TcpStore::Server {
   std::vector<int> clients_;
   std::vector<std::thread> handlers_;
   std::map<std::string, std::string> data_;
+  int lost_ = 0;  // connections lost so far
 };
 
 TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout_s)
@@ -301,22 +308,24 @@ std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, dou
   }
 }
 
-std::string TcpStore::lost_ranks(int world_size, double wait_s) {
+std::string TcpStore::lost_rank(int world_size, double wait_s) {
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back("dp/lost/" + std::to_string(r));
   const auto t0 = Clock::now();
   for (;;) {
     std::vector<bool> found;
+    std::vector<std::string> order;
     try {
-      try_get(keys, &found);
+      order = try_get(keys, &found);
     } catch (const Error&) {
       return "rank 0 (whose store at " + address_ + " is gone too)";
     }
-    std::string lost;
-    int n = 0;
+    // The first rank lost is the cause; others may have left after it.
+    int first = -1;
     for (int r = 0; r < world_size; ++r)
-      if (found[static_cast<size_t>(r)]) lost += (n++ ? ", " : "") + std::to_string(r);
-    if (n > 0) return (n > 1 ? "ranks " : "rank ") + lost;
+      if (found[static_cast<size_t>(r)] && (first < 0 || std::stoi(order[static_cast<size_t>(r)]) < std::stoi(order[static_cast<size_t>(first)])))
+        first = r;
+    if (first >= 0) return "rank " + std::to_string(first);
     if (seconds_since(t0) >= wait_s) return "";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -19,7 +19,9 @@ namespace dp {
 // torchrun and Kubernetes jobs (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT), Open MPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK)
 // or Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), the first
-// that is set; DP_COMM_TIMEOUT in seconds (default 300).
+// that is set; DP_COMM_TIMEOUT in seconds (default 300). Under torchrun
+// (TORCHELASTIC_USE_AGENT_STORE=True), whose agent serves a store at
+// MASTER_PORT, dp's store is at MASTER_PORT + 1.
 struct DistConfig {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -50,10 +52,11 @@ class TcpStore {
   std::vector<std::string> try_get(const std::vector<std::string>& keys, std::vector<bool>* found);
 
   const std::string& address() const { return address_; }  // "host:port"
-  // The ranks whose connection to rank 0's store closed without leaving on
-  // purpose (their process died), waiting up to wait_s for one to show;
-  // "rank 0" when the store itself is gone. "" when none is known.
-  std::string lost_ranks(int world_size, double wait_s);
+  // The first rank whose connection to rank 0's store closed without
+  // leaving on purpose (its process died), waiting up to wait_s for one to
+  // show: "rank 2"; "rank 0 ..." when the store itself is gone; "" when none
+  // is known.
+  std::string lost_rank(int world_size, double wait_s);
 
  private:
   class Server;

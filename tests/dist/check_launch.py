@@ -103,6 +103,16 @@ if ref and got:
         a, b = ref[key], got[key]
         expect(abs(a - b) <= 1e-4 * max(1.0, abs(a)), f'{key}: 2 processes x 1 device as 1 x 2 ({b} vs {a})')
 
+# 1b. Under torchrun, whose agent serves its own store at MASTER_PORT (and
+# says so), dp's store takes the next port.
+port = free_port()
+with socket.socket() as agent:
+    agent.bind(('127.0.0.1', port))
+    agent.listen()
+    res = finish(start_ranks(train_args('--devices', 'cpu:0', epochs=1), 2, port, TORCHELASTIC_USE_AGENT_STORE='True'))
+expect(all(rc == 0 for rc, _, _ in res), "torchrun's agent store at MASTER_PORT: dp's at the next port",
+       res[0][2] + res[1][2])
+
 # 2. A rank killed mid-training: the survivor exits 1 within seconds, naming it.
 port = free_port()
 procs = start_ranks(train_args('--devices', 'cpu:0', epochs=1000), 2, port)

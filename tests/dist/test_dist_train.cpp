@@ -354,7 +354,15 @@ TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_E
         if (s == DP_OK) continue;
         std::string first = std::string(dp_status_name(s)) + ": " + dp_last_error();
         s = dp_group_train_step(group, opt, in, tg, &loss);  // failed for good, at once
-        return first + " | then: " + dp_status_name(s) + ": " + dp_last_error();
+        first += std::string(" | then: ") + dp_status_name(s) + ": " + dp_last_error();
+        dp_tensor_destroy(in);
+        dp_tensor_destroy(tg);
+        dp_optimizer_destroy(opt);
+        dp_group_destroy(group);
+        dp_process_group_destroy(pg);
+        dp_model_destroy(model);
+        dp_context_destroy(ctx);
+        return first;
       }
     });
   auto out = run_ranks(ranks, 60);

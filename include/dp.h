@@ -287,6 +287,11 @@ DP_API dp_status dp_process_group_barrier(dp_process_group* pg);
 DP_API dp_status dp_group_create_distributed(dp_model* m, const char* devices, dp_process_group* pg, dp_group** out);
 /* The devices of all processes, and where this process's begin among them. */
 DP_API dp_status dp_group_global_devices(const dp_group* g, int* count, int* first);
+/* Since the group was created: seconds this process spent in collectives
+ * with the other processes (*busy), and the part of them its steps waited
+ * for after their own backward had finished (*exposed: what overlapping
+ * communication with backward did not hide). 0 without processes. */
+DP_API dp_status dp_group_comm_seconds(const dp_group* g, double* busy, double* exposed);
 
 /* ---- Optimizers: JSON config, PyTorch's names and update formulas. ----
  * {"type": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0, "nesterov": false, "weight_decay": 0}

@@ -408,6 +408,35 @@ class Model : public detail::Handle<dp_model, dp_model_destroy> {
 
 class Optimizer;
 
+// ---- ProcessGroup: the processes that train one model (docs/distributed.md). ----
+class ProcessGroup : public detail::Handle<dp_process_group, dp_process_group_destroy> {
+ public:
+  ProcessGroup() noexcept = default;
+  explicit ProcessGroup(dp_process_group* adopt) noexcept : Handle(adopt) {}
+  // Joins (collective): "" reads the launcher's environment (torchrun,
+  // mpirun, srun); a JSON object overrides it: {"rank": 1, "world_size": 2,
+  // "master_addr": "10.0.0.1", "master_port": 29500, "timeout_s": 300}.
+  explicit ProcessGroup(const std::string& json_config) : Handle(create(json_config)) {}
+
+  int rank() const { return query(dp_process_group_rank); }
+  int world_size() const { return query(dp_process_group_world_size); }
+  int local_rank() const { return query(dp_process_group_local_rank); }
+  int local_world_size() const { return query(dp_process_group_local_world_size); }
+  void barrier() { check(dp_process_group_barrier(get())); }
+
+ private:
+  static dp_process_group* create(const std::string& json_config) {
+    dp_process_group* pg = nullptr;
+    check(dp_process_group_create(json_config.empty() ? nullptr : json_config.c_str(), &pg));
+    return pg;
+  }
+  int query(dp_status (*fn)(const dp_process_group*, int*)) const {
+    int v = 0;
+    check(fn(get(), &v));
+    return v;
+  }
+};
+
 // What Group::evaluate returns.
 struct Evaluation {
   float loss;
@@ -421,6 +450,17 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
   explicit Group(dp_group* adopt) noexcept : Handle(adopt) {}
   // devices: "cpu:0,cpu:1". The model must outlive the group.
   Group(Model& model, const std::string& devices) : Handle(create(model, devices)) {}
+  // This process's devices within one group over every process's
+  // (collective; dp_group_create_distributed). The group keeps `processes` alive.
+  Group(Model& model, const std::string& devices, ProcessGroup& processes)
+      : Handle(create_distributed(model, devices, processes)) {}
+
+  // Over all processes: the devices, and the first of this process's.
+  std::pair<int, int> global_devices() const {
+    int count = 0, first = 0;
+    check(dp_group_global_devices(get(), &count, &first));
+    return {count, first};
+  }
 
   int num_devices() const {
     int n = 0;
@@ -472,6 +512,11 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
   static dp_group* create(Model& model, const std::string& devices) {
     dp_group* g = nullptr;
     check(dp_group_create(model.get(), devices.c_str(), &g));
+    return g;
+  }
+  static dp_group* create_distributed(Model& model, const std::string& devices, ProcessGroup& processes) {
+    dp_group* g = nullptr;
+    check(dp_group_create_distributed(model.get(), devices.c_str(), processes.get(), &g));
     return g;
   }
 };
@@ -641,6 +686,10 @@ class Loader : public detail::Handle<dp_loader, dp_loader_destroy> {
   }
   void seek(int64_t epoch, int64_t batch) { check(dp_loader_seek(get(), epoch, batch)); }
   void seek(const LoaderPosition& p) { seek(p.epoch, p.batch); }
+  // A distributed sampler: from now on only this process's rows of each
+  // global batch (before the first batch; collective); next() then returns
+  // the global batch's rows.
+  void shard(const Group& group) { check(dp_loader_shard(get(), group.get())); }
 
  private:
   static dp_loader* create(Dataset& dataset, const std::string& json_config) {

@@ -78,3 +78,27 @@ TEST_CASE("a group reports the split it ran (dp_group_last_split)") {
   dp_model_destroy(m);
   dp_context_destroy(ctx);
 }
+
+TEST_CASE("a process's share of a global batch: consecutive rows, its devices' parts, every row once") {
+  for (dp::SplitMode mode : {dp::SplitMode::kChunk, dp::SplitMode::kBalanced}) {
+    for (int64_t b = 1; b <= 40; ++b) {
+      // 3 processes of 1, 2 and 1 devices: their shares tile [0, b) in rank order.
+      const int devices[] = {1, 2, 1};
+      std::vector<int64_t> parts;
+      dp::split_batch(b, 4, mode, parts);
+      int64_t next = 0;
+      for (int r = 0, first = 0; r < 3; first += devices[r], ++r) {
+        int64_t at = -1, rows = -1;
+        dp::split_share(b, 4, mode, first, devices[r], &at, &rows);
+        int64_t want = 0;
+        for (int d = first; d < first + devices[r]; ++d) want += d < static_cast<int>(parts.size()) ? parts[static_cast<size_t>(d)] : 0;
+        CAPTURE(b);
+        CAPTURE(r);
+        CHECK(at == next);
+        CHECK(rows == want);
+        next += rows;
+      }
+      CHECK(next == b);
+    }
+  }
+}

@@ -76,6 +76,13 @@ dp_status dp_group_global_devices(const dp_group* g, int* count, int* first) {
   DP_GUARD_END
 }
 
+dp_status dp_group_comm_seconds(const dp_group* g, double* busy, double* exposed) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && busy && exposed, "g, busy and exposed must not be NULL");
+  g->group->comm_seconds(busy, exposed);
+  DP_GUARD_END
+}
+
 dp_status dp_loader_shard(dp_loader* loader, const dp_group* g) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(loader && g, "loader and g must not be NULL");

@@ -280,26 +280,44 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, model_path);
-  Group group = make_group(model.get(), devices, threads);
+  // Under a launcher, the group spans the processes (as in train).
+  int local_processes = 0, rank = 0, world = 1;
+  ProcessGroup pg = join_if_launched(&local_processes);
+  if (pg) {
+    check(dp_process_group_rank(pg.get(), &rank), "process group");
+    check(dp_process_group_world_size(pg.get(), &world), "process group");
+    g_rank = rank;
+  }
+  Group group = make_group(model.get(), resolve_devices(devices, local_processes), threads, pg.get());
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
   Data data = open_data(c, "synthetic:" + std::to_string(batch), model.get(), 0);
   Loader loader = make_loader(data.train.get(), batch, false, 0, 0, on_gpus(devices));
+  if (pg) check(dp_loader_shard(loader.get(), group.get()), "data");
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
   int64_t rows = 0;
   check(dp_loader_next(loader.get(), x.get(), y.get(), &rows), "data");
   float loss = 0;
   for (int i = 0; i < 3; ++i) check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "warm-up");
+  double busy0 = 0, exposed0 = 0;
+  check(dp_group_comm_seconds(group.get(), &busy0, &exposed0), "devices");
   double t0 = now_seconds();
   for (int64_t i = 0; i < steps; ++i) check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "step");
   double sec = now_seconds() - t0;
-  int ndev = 0;
-  check(dp_group_num_devices(group.get(), &ndev), "devices");
+  int ndev = 0, first = 0;
+  check(dp_group_global_devices(group.get(), &ndev, &first), "devices");
+  // Communication between processes over the timed steps: time in
+  // collectives, and the part the steps waited for.
+  double busy = 0, exposed = 0;
+  check(dp_group_comm_seconds(group.get(), &busy, &exposed), "devices");
+  if (rank != 0) return kOk;
   std::printf("{\"samples_per_second\": %s, \"seconds\": %s, \"steps\": %lld, \"batch_size\": %lld, \"devices\": %d, "
-              "\"threads_per_device\": %lld, \"loss\": %s}\n",
-              json_num(batch * steps / sec).c_str(), json_num(sec).c_str(), (long long)steps, (long long)batch, ndev,
-              (long long)threads, json_num(loss).c_str());
+              "\"processes\": %d, \"threads_per_device\": %lld, \"loss\": %s, \"comm_busy_fraction\": %s, "
+              "\"comm_wait_fraction\": %s}\n",
+              json_num(batch * steps / sec).c_str(), json_num(sec).c_str(), (long long)steps, (long long)batch, ndev, world,
+              (long long)threads, json_num(loss).c_str(), json_num((busy - busy0) / sec).c_str(),
+              json_num((exposed - exposed0) / sec).c_str());
   return kOk;
 }
 

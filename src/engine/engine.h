@@ -104,6 +104,10 @@ class Engine {
   // offsets and contexts are then this process's share. Set once, before
   // the first run.
   virtual void set_processes(Communicator* procs, int rank, int first, int global);
+  // With processes, since the engine was made: seconds spent in collectives
+  // between processes, and the part of them a job waited for after its
+  // replicas had finished (what overlap with backward did not hide).
+  virtual void comm_seconds(double* busy, double* exposed) const { *busy = *exposed = 0; }
 
   // After kBackward: the model's gradients += the last run's, summed over the
   // replicas. After kTrain: the model's gradients = the last run's, then one

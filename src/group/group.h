@@ -42,6 +42,8 @@ class Group {
   // Devices per rank (one entry without a process group).
   const std::vector<int>& rank_devices() const { return rank_devices_; }
   ProcessGroup* process_group() const { return procs_; }
+  // Engine::comm_seconds.
+  void comm_seconds(double* busy, double* exposed) const { engine_->comm_seconds(busy, exposed); }
   Model& model() { return model_; }
   const std::vector<int64_t>& last_split() const { return split_; }
 

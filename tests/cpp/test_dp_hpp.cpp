@@ -314,3 +314,31 @@ TEST_CASE("datasets, loaders and checkpoints") {
   std::remove(path.c_str());
   CHECK_THROWS_AS(dp::load_checkpoint(path, group), dp::Error);
 }
+
+TEST_CASE("process groups: a world of one, the distributed group and a sharded loader, errors") {
+  dp::Context ctx;
+  dp::ProcessGroup pg("{\"rank\": 0, \"world_size\": 1}");
+  CHECK(pg.rank() == 0);
+  CHECK(pg.world_size() == 1);
+  CHECK(pg.local_world_size() == 1);
+  pg.barrier();
+  dp::Model model = dp::Model::from_json(ctx, kModel);
+  dp::Group group(model, "cpu:0,cpu:1", pg);
+  CHECK(group.global_devices() == std::make_pair(2, 0));
+  Batch all = make_batch(20, 5);
+  dp::Dataset arrays = dp::Dataset::from_arrays(ctx, all.x, {4}, all.y);
+  dp::Loader loader(arrays, "{\"batch_size\": 8}");
+  loader.shard(group);  // in a world of one: every row
+  dp::Tensor x(ctx, DP_F32, {0});
+  dp::Tensor y(ctx, DP_I64, {0});
+  CHECK(loader.next(x, y) == 8);
+  CHECK(x.shape() == dp::Shape{8, 4});
+  CHECK_THROWS_AS(loader.shard(group), dp::Error);  // after the first batch: too late
+  try {
+    dp::ProcessGroup bad("{\"rank\": 3, \"world_size\": 2}");
+    FAIL("a rank outside the world was accepted");
+  } catch (const dp::Error& e) {
+    CHECK(e.status() == DP_ERR_MODEL);
+    CHECK(std::string(e.what()).find("/rank") != std::string::npos);
+  }
+}

@@ -22,6 +22,7 @@
 // bucket it gathers every process's losses and statistics, so the gate
 // decides on the whole batch's loss, the same on every process.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -136,6 +137,12 @@ class CpuEngine final : public Engine {
       devices_.push_back(std::make_unique<CpuDevice>(model_, threads, [this, r](size_t node) { node_done(r, node); }));
   }
 
+  void comm_seconds(double* busy, double* exposed) const override {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    *busy = busy_s_;
+    *exposed = exposed_s_;
+  }
+
   void reduce(Optimizer* opt) override {
     if (opt_) {  // after kTrain: the buckets summed into the model's gradients and stepped as they went
       if (gate_ == kUndecided) decide();  // no bucket (a model without parameters): the step still counts
@@ -188,8 +195,10 @@ class CpuEngine final : public Engine {
   // group does (the buckets wrote sums the optimizer never used).
   void finish(const RunPlan& plan) override {
     if (procs_) {
+      const auto t0 = std::chrono::steady_clock::now();
       std::unique_lock<std::mutex> lock(stage_mu_);
       stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
+      exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (stage_error_) std::rethrow_exception(stage_error_);
       lock.unlock();
       if (plan.job != Job::kBackward && !gathered_) gather_results();
@@ -267,9 +276,12 @@ class CpuEngine final : public Engine {
             gather_results();
             decide();
           }
+          const auto t0 = std::chrono::steady_clock::now();
           procs_->all_reduce(rank_, dst_ + bk.begin, dst_ + bk.begin, bk.count);
+          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
           lock.lock();
+          busy_s_ += took;
         } catch (...) {
           lock.lock();
           stage_error_ = std::current_exception();
@@ -284,13 +296,14 @@ class CpuEngine final : public Engine {
   LocalComm comm_;
   // The stage of processes (only with set_processes), guarded by stage_mu_.
   std::thread stage_;
-  std::mutex stage_mu_;
+  mutable std::mutex stage_mu_;
   std::condition_variable stage_cv_;
   std::unique_ptr<std::atomic<int64_t>[]> left_;  // per bucket: floats whose local sum is not done
   std::vector<char> ready_;                       // per bucket: local sum done
   uint64_t stage_started_ = 0, stage_done_ = 0;   // jobs
   bool stage_train_ = false, cancel_ = false, stop_ = false;
   std::exception_ptr stage_error_;
+  double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
   float* dst_ = nullptr;      // where the buckets' sums go
   float* params_ = nullptr;

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Processes against threads: `dp bench` on 2 processes x 1 CPU device (a
+process group over loopback, Gloo) beside 1 process x 2 CPU devices, on the
+Fashion-MNIST MLP and CNN, in interleaved rounds; the ratio of their
+samples/s, and the fraction of the processes' step time spent in collectives
+and waiting on them (dp_group_comm_seconds). Then Gloo's all-reduce beside
+memcpy (build/bench/dist_allreduce). Prints the machine (CPU, cores,
+OpenBLAS kernel) first: ratios are only comparable on one machine.
+
+    bench/dist.py [--build build] [--rounds 3] [--steps 40]
+"""
+import argparse
+import ctypes
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = [('MLP', 'examples/fashion_mnist_mlp.json', 256), ('CNN', 'examples/fashion_mnist_cnn.json', 64)]
+
+
+def free_port():
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+                return port
+            except OSError:
+                pass
+
+
+def machine(dp_exe):
+    cpu = '?'
+    with open('/proc/cpuinfo') as f:
+        for line in f:
+            if line.startswith('model name'):
+                cpu = line.split(':', 1)[1].strip()
+                break
+    ldd = subprocess.run(['ldd', dp_exe], capture_output=True, text=True).stdout
+    m = re.search(r'libopenblas\S*\s+=>\s+(\S+)', ldd)
+    core = '?'
+    if m:
+        lib = ctypes.CDLL(m.group(1))
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = lib.openblas_get_corename().decode()
+    return f'{cpu}, {os.cpu_count()} cores, OpenBLAS kernel {core} (OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE")})'
+
+
+def bench_one(dp_exe, model, batch, steps):
+    r = subprocess.run([dp_exe, 'bench', model, '--devices', 'cpu:0,cpu:1', '--batch-size', str(batch),
+                        '--steps', str(steps)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f'dp bench failed: {r.stderr}')
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_two(dp_exe, model, batch, steps):
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([dp_exe, 'bench', model, '--devices', 'cpu:0', '--batch-size', str(batch),
+                                       '--steps', str(steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=ROOT, env=env))
+    outs = [p.communicate(timeout=600) for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit(f'dp bench (2 processes) failed: {outs[0][1]} {outs[1][1]}')
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--steps', type=int, default=40)
+    args = ap.parse_args()
+    dp_exe = os.path.join(args.build, 'src', 'cli', 'dp')
+    print(f'machine: {machine(dp_exe)}')
+    print(f'{args.rounds} interleaved rounds of {args.steps} steps; medians\n')
+    print('| model | batch | 1 process × 2 devices | 2 processes × 1 device | ratio | in collectives | waiting on them |')
+    print('|---|---:|---:|---:|---:|---:|---:|')
+    for name, model, batch in MODELS:
+        one, two, busy, wait = [], [], [], []
+        for k in range(args.rounds):
+            order = [0, 1] if k % 2 == 0 else [1, 0]
+            for which in order:
+                if which == 0:
+                    one.append(bench_one(dp_exe, model, batch, args.steps)['samples_per_second'])
+                else:
+                    r = bench_two(dp_exe, model, batch, args.steps)
+                    two.append(r['samples_per_second'])
+                    busy.append(r['comm_busy_fraction'])
+                    wait.append(r['comm_wait_fraction'])
+        a, b = statistics.median(one), statistics.median(two)
+        print(f'| {name} | {batch} | {a:,.0f} | {b:,.0f} | **{b / a:.2f}×** | {statistics.median(busy):.0%} | '
+              f'{statistics.median(wait):.0%} |')
+    print('\n(samples/s; "in collectives": the share of a process\'s step time inside Gloo all-reduces; "waiting":'
+          ' the share it waited for them after its own backward had finished)\n')
+    allreduce = os.path.join(args.build, 'bench', 'dist_allreduce')
+    if os.path.exists(allreduce):
+        sys.stdout.flush()
+        subprocess.run([allreduce, '2'], check=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,110 @@
+// All-reduce between processes over loopback, as dp's process groups run it
+// (dp::GlooComm: Gloo's ring all-reduce over TCP), at 64 KB, 1 MB and 32 MB
+// of float32, beside memcpy of the same size on this machine: the
+// collective's time, its algorithm bandwidth (bytes / time) and its bus
+// bandwidth (NCCL's convention: algbw * 2 (n - 1) / n, the bytes each rank
+// moves), so that engines and machines compare.
+//
+//   build/bench/dist_allreduce [WORLD]      (default 2 processes; forked here)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int world = argc > 1 ? std::atoi(argv[1]) : 2;
+  if (world < 2 || world > 64) {
+    std::fprintf(stderr, "usage: dist_allreduce [WORLD in 2..64]\n");
+    return 2;
+  }
+  std::mt19937 pick(static_cast<unsigned>(::getpid()));
+  const int port = 20000 + static_cast<int>(pick() % 12000);
+  const std::vector<int64_t> sizes = {64 << 10, 1 << 20, 32 << 20};  // bytes
+  const int rounds = 20;
+
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return 1;
+    if (pid > 0) {
+      pids.push_back(pid);
+      continue;
+    }
+    try {
+      dp::DistConfig c;
+      c.rank = r;
+      c.world_size = world;
+      c.master_port = port;
+      c.timeout_s = 60;
+      dp::ProcessGroup pg(c);
+      dp::Communicator& comm = *pg.comm();
+      if (r == 0) {
+        std::printf("all-reduce of float32 over %d processes on loopback (Gloo ring, TCP), beside memcpy\n", world);
+        std::printf("%10s %12s %12s %12s %14s %14s\n", "size", "time (us)", "algbw GB/s", "busbw GB/s",
+                    "memcpy (us)", "memcpy GB/s");
+      }
+      for (int64_t bytes : sizes) {
+        const int64_t n = bytes / 4;
+        std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n));
+        // A fixed number of calls, the same on every rank; the median of
+        // `rounds` timed batches of calls.
+        const int calls = bytes <= (1 << 20) ? 50 : 4;
+        std::vector<double> times;
+        for (int w = 0; w < 2; ++w) comm.all_reduce(r, a.data(), a.data(), n);
+        for (int k = 0; k < rounds; ++k) {
+          comm.barrier(r);
+          const auto t0 = Clock::now();
+          for (int i = 0; i < calls; ++i) comm.all_reduce(r, a.data(), a.data(), n);
+          times.push_back(seconds_since(t0) / calls);
+        }
+        std::vector<double> copies;
+        for (int k = 0; k < rounds; ++k) {
+          const auto t0 = Clock::now();
+          for (int i = 0; i < calls; ++i) {
+            std::memcpy(b.data(), a.data(), static_cast<size_t>(bytes));
+            a[static_cast<size_t>(i) % a.size()] = b[0];  // keep the copy
+          }
+          copies.push_back(seconds_since(t0) / calls);
+        }
+        std::sort(times.begin(), times.end());
+        std::sort(copies.begin(), copies.end());
+        const double t = times[times.size() / 2], m = copies[copies.size() / 2];
+        const double algbw = static_cast<double>(bytes) / t / 1e9;
+        if (r == 0)
+          std::printf("%10s %12.1f %12.2f %12.2f %14.1f %14.2f\n",
+                      bytes >= (1 << 20) ? (std::to_string(bytes >> 20) + " MB").c_str()
+                                         : (std::to_string(bytes >> 10) + " KB").c_str(),
+                      t * 1e6, algbw, algbw * 2 * (world - 1) / world, m * 1e6, static_cast<double>(bytes) / m / 1e9);
+      }
+      std::fflush(stdout);
+      ::_exit(0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      ::_exit(1);
+    }
+  }
+  int rc = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  return rc;
+}

@@ -50,7 +50,7 @@ struct Result {
     for (const auto* v : {&params, &buffers, &losses}) {
       const uint64_t n = v->size();
       s.append(reinterpret_cast<const char*>(&n), 8);
-      s.append(reinterpret_cast<const char*>(v->data()), n * sizeof(float));
+      if (n > 0) s.append(reinterpret_cast<const char*>(v->data()), n * sizeof(float));
     }
     s.append(reinterpret_cast<const char*>(&eval_loss), 4);
     s.append(reinterpret_cast<const char*>(&correct), 8);
@@ -66,7 +66,7 @@ struct Result {
       at += 8;
       REQUIRE(s.size() >= at + n * sizeof(float));
       v->resize(n);
-      std::memcpy(v->data(), s.data() + at, n * sizeof(float));
+      if (n > 0) std::memcpy(v->data(), s.data() + at, n * sizeof(float));
       at += n * sizeof(float);
     }
     REQUIRE(s.size() == at + 12);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   }
   std::mt19937 pick(static_cast<unsigned>(::getpid()));
   const int port = 20000 + static_cast<int>(pick() % 12000);
-  const std::vector<int64_t> sizes = {64 << 10, 1 << 20, 32 << 20};  // bytes
+  const std::vector<int64_t> sizes = {64, 64 << 10, 1 << 20, 32 << 20};  // bytes: a step's small exchanges, buckets
   const int rounds = 20;
 
   std::vector<pid_t> pids;
@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
         const double algbw = static_cast<double>(bytes) / t / 1e9;
         if (r == 0)
           std::printf("%10s %12.1f %12.2f %12.2f %14.1f %14.2f\n",
-                      bytes >= (1 << 20) ? (std::to_string(bytes >> 20) + " MB").c_str()
-                                         : (std::to_string(bytes >> 10) + " KB").c_str(),
+                      bytes >= (1 << 20)   ? (std::to_string(bytes >> 20) + " MB").c_str()
+                      : bytes >= (1 << 10) ? (std::to_string(bytes >> 10) + " KB").c_str()
+                                           : (std::to_string(bytes) + " B").c_str(),
                       t * 1e6, algbw, algbw * 2 * (world - 1) / world, m * 1e6, static_cast<double>(bytes) / m / 1e9);
       }
       std::fflush(stdout);

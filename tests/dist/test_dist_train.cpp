@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -282,6 +283,114 @@ TEST_CASE("a run checkpointed by 4 processes and resumed by 2 goes on as the uni
   }
   std::remove(path.c_str());
   ::rmdir(dir);
+}
+
+namespace {
+
+// forward, then backward of a fixed output gradient, twice (gradients
+// accumulate), in training mode with dropout and batch norm: this process's
+// output rows and the model's gradients. Rank `rank` of `world` (0: no
+// process group), with `devices`, on a global batch of 10 rows.
+std::string forward_backward(int rank, int world, int port, const std::string& devices) {
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  dp_process_group* pg = nullptr;
+  dp_group* group = nullptr;
+  OK(dp_context_create(&ctx));
+  OK(dp_model_from_json(ctx, kModel, &model));
+  if (world > 0) {
+    const std::string cfg = "{\"rank\": " + std::to_string(rank) + ", \"world_size\": " + std::to_string(world) +
+                            ", \"master_port\": " + std::to_string(port) + ", \"timeout_s\": 30}";
+    OK(dp_process_group_create(cfg.c_str(), &pg));
+    OK(dp_group_create_distributed(model, devices.c_str(), pg, &group));
+  } else {
+    OK(dp_group_create(model, devices.c_str(), &group));
+  }
+  const int64_t batch = 10;
+  int count = 0, first = 0;
+  OK(dp_group_global_devices(group, &count, &first));
+  // This process's rows: its devices' share of the chunk rule's split.
+  const int64_t chunk = (batch + count - 1) / count;
+  const int64_t begin = std::min<int64_t>(batch, first * chunk);
+  int mine = 0;
+  OK(dp_group_num_devices(group, &mine));
+  const int64_t end = std::min<int64_t>(batch, (first + mine) * chunk);
+  TestRng rng(9);
+  std::vector<float> x(batch * 6), g(batch * 5);
+  for (float& v : x) v = rng.uniform(-1, 1);
+  for (float& v : g) v = rng.uniform(-1, 1);
+  std::vector<float> xs(x.begin() + begin * 6, x.begin() + end * 6), gs(g.begin() + begin * 5, g.begin() + end * 5);
+  const int64_t xshape[] = {end - begin, 6}, gshape[] = {end - begin, 5};
+  dp_tensor *in = nullptr, *gout = nullptr, *out = nullptr;
+  OK(dp_tensor_from_host(ctx, DP_F32, xs.data(), 2, xshape, &in));
+  OK(dp_tensor_from_host(ctx, DP_F32, gs.data(), 2, gshape, &gout));
+  OK(dp_group_zero_grad(group));
+  std::vector<float> outputs;
+  for (int k = 0; k < 2; ++k) {
+    OK(dp_group_forward(group, in, &out));
+    std::vector<float> o(static_cast<size_t>((end - begin) * 5));
+    if (!o.empty()) OK(dp_tensor_copy_to_host(out, o.data(), o.size() * sizeof(float)));
+    outputs.insert(outputs.end(), o.begin(), o.end());
+    dp_tensor_destroy(out);
+    OK(dp_group_backward(group, gout));
+  }
+  int64_t n = 0;
+  OK(dp_model_num_parameters(model, &n));
+  std::vector<float> grads(static_cast<size_t>(n));
+  OK(dp_model_copy_gradients(model, grads.data(), n));
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(gout);
+  dp_group_destroy(group);
+  dp_process_group_destroy(pg);
+  dp_model_destroy(model);
+  dp_context_destroy(ctx);
+  // begin, then the outputs, then the gradients, as bytes.
+  std::string r(reinterpret_cast<const char*>(&begin), 8);
+  const uint64_t no = outputs.size();
+  r.append(reinterpret_cast<const char*>(&no), 8);
+  if (no) r.append(reinterpret_cast<const char*>(outputs.data()), no * sizeof(float));
+  r.append(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("forward and backward across processes: each process's output rows, the global batch's gradients") {
+  const std::string one = forward_backward(0, 0, 0, "cpu:0,cpu:1,cpu:2,cpu:3");
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back([=] { return forward_backward(r, 2, port, "cpu:0,cpu:1"); });
+  const std::vector<Outcome> two = run_ranks(ranks, 120);
+  auto floats = [](const std::string& s, size_t at, size_t n) {
+    std::vector<float> v(n);
+    if (n) std::memcpy(v.data(), s.data() + at, n * sizeof(float));
+    return v;
+  };
+  uint64_t n_one = 0;
+  std::memcpy(&n_one, one.data() + 8, 8);
+  const std::vector<float> out_one = floats(one, 16, n_one);  // 2 passes x 10 rows x 5
+  const size_t grads_n = (one.size() - 16 - n_one * 4) / 4;
+  const std::vector<float> grads_one = floats(one, 16 + n_one * 4, grads_n);
+  for (int r = 0; r < 2; ++r) {
+    const Outcome& o = two[static_cast<size_t>(r)];
+    INFO("rank " << r << ": " << (o.status == 0 ? std::string("ok") : o.message));
+    REQUIRE(o.status == 0);
+    int64_t begin = 0;
+    uint64_t n = 0;
+    std::memcpy(&begin, o.message.data(), 8);
+    std::memcpy(&n, o.message.data() + 8, 8);
+    const std::vector<float> out = floats(o.message, 16, n);
+    const std::vector<float> grads = floats(o.message, 16 + n * 4, grads_n);
+    REQUIRE(o.message.size() == 16 + n * 4 + grads_n * 4);
+    // Rows [begin, begin + n / 10) of each pass's 10-row output.
+    const size_t rows = n / 10;
+    std::vector<float> want;
+    for (int pass = 0; pass < 2; ++pass)
+      want.insert(want.end(), out_one.begin() + static_cast<long>(pass * 50 + begin * 5),
+                  out_one.begin() + static_cast<long>(pass * 50 + (begin + rows) * 5));
+    require_close(out, want, 1e-6, "this process's output rows");
+    require_close(grads, grads_one, 1e-5, "gradients, accumulated over two backward passes");
+  }
 }
 
 namespace {

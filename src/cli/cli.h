@@ -50,11 +50,16 @@ Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, 
 // machine, which share its cores.
 std::string resolve_devices(const std::string& spec, int local_processes = 0);
 
+// This process's place among the processes a launcher started.
+struct Launch {
+  ProcessGroup pg;  // null: no launcher, or a world of one process
+  int rank = 0, world = 1;
+  int local_processes = 0;  // of the group, on this machine (0 without one)
+};
 // When a launcher started this process (torchrun, mpirun, srun: WORLD_SIZE,
 // OMPI_COMM_WORLD_SIZE or SLURM_NTASKS is set) in a world of more than one
-// process: joins it (dp_process_group_create from the environment) and sets
-// *local_processes to the processes on this machine. Else null.
-ProcessGroup join_if_launched(int* local_processes);
+// process: joins it (dp_process_group_create from the environment).
+Launch join_if_launched();
 
 // Progress on stderr: redrawn in place at most ten times a second on a
 // terminal, a plain line every few seconds otherwise.

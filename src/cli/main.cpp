@@ -119,16 +119,13 @@ static int train(const TrainOptions& o) {
   // Under torchrun, mpirun or srun: one group over every process's devices,
   // each process reading its own rows of each batch; rank 0 reports and
   // writes the checkpoints and files.
-  int local_processes = 0, rank = 0, world = 1;
-  ProcessGroup pg = join_if_launched(&local_processes);
-  if (pg) {
-    check(dp_process_group_rank(pg.get(), &rank), "process group");
-    check(dp_process_group_world_size(pg.get(), &world), "process group");
-    g_rank = rank;
-  }
+  const Launch launch = join_if_launched();
+  const int rank = launch.rank, world = launch.world;
+  dp_process_group* pg = launch.pg.get();
+  if (pg) g_rank = rank;
   const bool lead = rank == 0;
-  std::string devices = resolve_devices(o.devices, local_processes);
-  Group group = make_group(model.get(), devices, o.threads, pg.get());
+  std::string devices = resolve_devices(o.devices, launch.local_processes);
+  Group group = make_group(model.get(), devices, o.threads, pg);
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
@@ -281,14 +278,11 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   Context ctx(c);
   Model model = load_model(c, model_path);
   // Under a launcher, the group spans the processes (as in train).
-  int local_processes = 0, rank = 0, world = 1;
-  ProcessGroup pg = join_if_launched(&local_processes);
-  if (pg) {
-    check(dp_process_group_rank(pg.get(), &rank), "process group");
-    check(dp_process_group_world_size(pg.get(), &world), "process group");
-    g_rank = rank;
-  }
-  Group group = make_group(model.get(), resolve_devices(devices, local_processes), threads, pg.get());
+  const Launch launch = join_if_launched();
+  const int rank = launch.rank, world = launch.world;
+  dp_process_group* pg = launch.pg.get();
+  if (pg) g_rank = rank;
+  Group group = make_group(model.get(), resolve_devices(devices, launch.local_processes), threads, pg);
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);

@@ -20,20 +20,21 @@ void check(dp_status s, const std::string& what) {
 
 // Launched by torchrun, mpirun or srun (the variables they set), this
 // process joins their process group.
-ProcessGroup join_if_launched(int* local_processes) {
-  *local_processes = 0;
+Launch join_if_launched() {
+  Launch out;
   const char* worlds[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
   bool launched = false;
   for (const char* v : worlds) launched = launched || std::getenv(v);
-  if (!launched) return nullptr;
+  if (!launched) return out;
   dp_process_group* pg = nullptr;
   check(dp_process_group_create(nullptr, &pg), "process group");
   ProcessGroup group(pg);
-  int world = 1;
-  check(dp_process_group_world_size(pg, &world), "process group");
-  if (world == 1) return nullptr;
-  check(dp_process_group_local_world_size(pg, local_processes), "process group");
-  return group;
+  check(dp_process_group_world_size(pg, &out.world), "process group");
+  if (out.world == 1) return out;
+  check(dp_process_group_rank(pg, &out.rank), "process group");
+  check(dp_process_group_local_world_size(pg, &out.local_processes), "process group");
+  out.pg = std::move(group);
+  return out;
 }
 
 double now_seconds() {

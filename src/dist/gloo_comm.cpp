@@ -161,31 +161,29 @@ void GlooComm::guarded(const char* what, F&& f) {
   }
 }
 
-void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count) {
-  if (member != rank_ || !in) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce: member must be this rank, with an input");
+// Gloo's all-reduce of data[0, count) in place, summed; the same for floats and doubles.
+template <class T>
+void GlooComm::sum_in_place(T* data, int64_t count) {
   if (count <= 0) return;
   guarded("an all-reduce", [&] {
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
     gloo::AllreduceOptions opts(impl_->context);
-    opts.setOutput(out, static_cast<size_t>(count));
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
     opts.setTag(impl_->tag++);
     opts.setTimeout(impl_->timeout);
     gloo::allreduce(opts);
   });
 }
 
+void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count) {
+  if (member != rank_ || !in) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce: member must be this rank, with an input");
+  if (in != out && count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+  sum_in_place(out, count);
+}
+
 void GlooComm::all_reduce_f64(int member, double* data, int64_t count) {
   if (member != rank_) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce_f64: member must be this rank");
-  if (count <= 0) return;
-  guarded("an all-reduce", [&] {
-    gloo::AllreduceOptions opts(impl_->context);
-    opts.setOutput(data, static_cast<size_t>(count));
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
-    opts.setTag(impl_->tag++);
-    opts.setTimeout(impl_->timeout);
-    gloo::allreduce(opts);
-  });
+  sum_in_place(data, count);
 }
 
 void GlooComm::broadcast(int member, float* data, int64_t count, int root) {

@@ -41,6 +41,8 @@ class GlooComm final : public Communicator {
   struct Impl;
   template <class F>
   void guarded(const char* what, F&& f);
+  template <class T>
+  void sum_in_place(T* data, int64_t count);
 
   std::unique_ptr<Impl> impl_;
   TcpStore* store_ = nullptr;  // to learn which rank was lost

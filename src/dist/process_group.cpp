@@ -24,7 +24,6 @@ DistConfig dist_config_from_json(const std::string& text) {
     fail(DP_ERR_JSON, std::string("process group JSON: ") + e.what());
   }
   Args a(doc, "");
-  const bool given = a.has("rank") || a.has("world_size");
   c.world_size = static_cast<int>(a.integer("world_size", c.world_size, 1));
   c.rank = static_cast<int>(a.integer("rank", c.rank, 0));
   if (c.rank >= c.world_size)
@@ -35,7 +34,6 @@ DistConfig dist_config_from_json(const std::string& text) {
   if (port > 65535) fail(DP_ERR_MODEL, "/master_port: expected a port in [1, 65535], got " + std::to_string(port));
   c.master_port = static_cast<int>(port);
   c.timeout_s = a.number("timeout_s", c.timeout_s, 0.001, 86400);
-  if (given && c.launcher.empty()) c.launcher = "config";
   a.finish("a process group config");
   return c;
 }

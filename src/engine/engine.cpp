@@ -5,6 +5,17 @@
 
 namespace dp {
 
+// The message of the exception being handled (inside a catch block).
+static std::string current_what() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
+}
+
 Engine::Engine(Model& model, int replicas) : model_(model), n_(replicas), threads_(replicas), global_(replicas) {}
 
 Engine::~Engine() = default;
@@ -20,16 +31,8 @@ void Engine::run(const RunPlan& plan) {
     if (error_) std::rethrow_exception(error_);
     finish(plan);
   } catch (...) {
-    if (procs_) {  // the other processes may be waiting for this one: they fail now too
-      std::string what = "an unknown error";
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      procs_->abort("rank " + std::to_string(rank_) + " failed: " + what);
-    }
+    // The other processes may be waiting for this one: they fail now too.
+    if (procs_) procs_->abort("rank " + std::to_string(rank_) + " failed: " + current_what());
     plan_ = nullptr;
     error_ = nullptr;
     abandon();
@@ -123,19 +126,12 @@ void Engine::run_replica(int r) {
     }
     end_replica(r, backward && bucketed());
   } catch (...) {
-    std::string what = "an unknown exception";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
     {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
     }
     // The other replicas may be waiting for this one's buckets.
-    if (Communicator* c = comm()) c->abort("replica " + std::to_string(r) + " failed: " + what);
+    if (Communicator* c = comm()) c->abort("replica " + std::to_string(r) + " failed: " + current_what());
   }
 }
 

@@ -26,8 +26,8 @@ struct LocalComm::Op {
   std::atomic<int64_t> left{0};  // chunks not yet done
 };
 
-LocalComm::LocalComm(int members, int max_pending, SumFn sum, int64_t chunk)
-    : members_(members), chunk_(chunk), sum_(std::move(sum)), started_(members, 0), waited_(members, 0) {
+LocalComm::LocalComm(int members, int max_pending, SumFn sum, int64_t chunk, DoneFn done)
+    : members_(members), chunk_(chunk), sum_(std::move(sum)), done_(std::move(done)), started_(members, 0), waited_(members, 0) {
   for (int i = 0; i < max_pending + 1; ++i) ring_.push_back(std::make_unique<Op>(members));
   // The members are threads of this process: one that fails aborts the
   // others (Engine::run_replica), none can vanish. No time limit, then.
@@ -137,6 +137,7 @@ void LocalComm::work(Op& op) {
       for (int d = 1; d < op.ndst; ++d) sum_(op.dsts[d], &first, 1, b, e);  // the others a copy
     }
     if (op.left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (done_ && op.ndst > 0) done_(op.dsts[0], op.n);
       completed_.fetch_add(1, std::memory_order_acq_rel);
       {
         std::lock_guard<std::mutex> lock(mu_);

@@ -27,10 +27,13 @@ class LocalComm final : public Communicator {
   // out[i] = in[0][i] + in[1][i] + ... + in[k-1][i] for i in [begin, end),
   // added in that order (k = 0: zeroes; out may equal in[0]).
   using SumFn = std::function<void(float* out, const float* const* in, int k, int64_t begin, int64_t end)>;
+  // Called once per collective, by the member that computed its last chunk,
+  // as soon as it is complete: its (first) output and count.
+  using DoneFn = std::function<void(float* out, int64_t count)>;
   // `max_pending`: collectives a member may start between two wait()s.
   // `chunk`: floats per unit of work (0: a whole collective at once, as a GPU
-  // kernel wants).
-  LocalComm(int members, int max_pending, SumFn sum, int64_t chunk);
+  // kernel wants). `done` may be null.
+  LocalComm(int members, int max_pending, SumFn sum, int64_t chunk, DoneFn done = nullptr);
   ~LocalComm() override;
 
   int size() const override { return members_; }
@@ -53,6 +56,7 @@ class LocalComm final : public Communicator {
   const int members_;
   const int64_t chunk_;
   SumFn sum_;
+  DoneFn done_;
   std::vector<std::unique_ptr<Op>> ring_;  // collective s lives in ring_[s % size]
   std::vector<uint64_t> started_, waited_;  // per member: collectives started / waited for
   std::atomic<uint64_t> ready_{0};      // collectives every member has joined (in order)

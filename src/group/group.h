@@ -39,8 +39,6 @@ class Group {
   // Over all processes: the devices, and where this process's begin.
   int global_size() const { return global_; }
   int first_device() const { return first_; }
-  // Devices per rank (one entry without a process group).
-  const std::vector<int>& rank_devices() const { return rank_devices_; }
   ProcessGroup* process_group() const { return procs_; }
   // Engine::comm_seconds.
   void comm_seconds(double* busy, double* exposed) const { engine_->comm_seconds(busy, exposed); }

@@ -1,7 +1,5 @@
 #include "group/split.h"
 
-#include <cstddef>
-
 namespace dp {
 
 void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t>& sizes) {
@@ -18,16 +16,22 @@ void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t
   }
 }
 
+// The rows of devices [0, d) under split_batch's rules, in closed form (a
+// sharded loader asks once per batch, from its worker threads: no allocation).
+static int64_t rows_before(int64_t batch, int devices, SplitMode mode, int64_t d) {
+  if (batch <= 0 || devices <= 0) return 0;
+  if (d >= devices) return batch;
+  if (mode == SplitMode::kChunk) {
+    const int64_t chunk = (batch + devices - 1) / devices;
+    return d * chunk < batch ? d * chunk : batch;
+  }
+  return d * (batch / devices) + (d < batch % devices ? d : batch % devices);
+}
+
 void split_share(int64_t batch, int devices, SplitMode mode, int first_device, int count, int64_t* first_row,
                  int64_t* rows) {
-  std::vector<int64_t> sizes;
-  split_batch(batch, devices, mode, sizes);
-  *first_row = 0;
-  *rows = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (static_cast<int>(d) < first_device) *first_row += sizes[d];
-    else if (static_cast<int>(d) < first_device + count) *rows += sizes[d];
-  }
+  *first_row = rows_before(batch, devices, mode, first_device);
+  *rows = rows_before(batch, devices, mode, first_device + count) - *first_row;
 }
 
 }  // namespace dp

@@ -16,6 +16,7 @@ void split_batch(int64_t batch, int devices, SplitMode mode, std::vector<int64_t
 
 // The rows of devices [first_device, first_device + count) in that split:
 // from *first_row, *rows of them (a process's share of a global batch).
+// Allocates nothing.
 void split_share(int64_t batch, int devices, SplitMode mode, int first_device, int count, int64_t* first_row,
                  int64_t* rows);
 

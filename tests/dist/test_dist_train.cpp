@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -432,6 +433,78 @@ TEST_CASE("a model, optimizer or dataset that differs between ranks is refused o
       CHECK(o.message.find(c.what) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("errors every process sees alike leave every group usable: a refused tensor, differing calls, a NaN loss") {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      dp_context* ctx = nullptr;
+      dp_model* model = nullptr;
+      dp_process_group* pg = nullptr;
+      dp_group* group = nullptr;
+      dp_optimizer* opt = nullptr;
+      OK(dp_context_create(&ctx));
+      OK(dp_model_from_json(ctx, kModel, &model));
+      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 2, \"master_port\": " +
+                              std::to_string(port) + ", \"timeout_s\": 20}";
+      OK(dp_process_group_create(cfg.c_str(), &pg));
+      OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
+      OK(dp_optimizer_create(group, kSgd, &opt));
+      TestRng rng(3 + r);
+      std::vector<float> x(4 * 6);
+      for (float& v : x) v = rng.uniform(-1, 1);
+      std::vector<int64_t> y{0, 1, 2, 3};
+      dp_tensor* in = make_f32(ctx, x, {4, 6});
+      dp_tensor* tg = make_i64(ctx, y, {4});
+      dp_tensor* bad_tg = make_i64(ctx, {0, 1, 2}, {3});
+      x[5] = NAN;
+      dp_tensor* nan_in = make_f32(ctx, x, {4, 6});
+      auto expect = [](bool ok, const std::string& what) {
+        if (!ok) throw std::runtime_error(what + ": " + dp_last_error());
+      };
+      auto params = [&] {
+        int64_t n = 0;
+        OK(dp_model_num_parameters(model, &n));
+        std::vector<float> p(static_cast<size_t>(n));
+        OK(dp_model_copy_parameters(model, p.data(), n));
+        return p;
+      };
+      const std::vector<float> before = params();
+      float loss = 0;
+      int64_t correct = 0;
+      // Rank 1's target has the wrong shape: it gets its own error, rank 0 hears of it.
+      dp_status s = dp_group_train_step(group, opt, in, r == 1 ? bad_tg : tg, &loss);
+      if (r == 1) expect(s == DP_ERR_SHAPE, "rank 1's own refusal");
+      else expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("rank 1's train_step was refused") != std::string::npos,
+                  "rank 0 told of rank 1's refusal");
+      // Different calls on the two ranks: both refuse, naming them.
+      s = r == 0 ? dp_group_evaluate(group, in, tg, &loss, &correct) : dp_group_train_step(group, opt, in, tg, &loss);
+      expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("rank 1 called train_step while rank 0 called evaluate") != std::string::npos,
+             "differing calls");
+      // A NaN on rank 0: the global loss is NaN on both, and nothing changes.
+      s = dp_group_train_step(group, opt, r == 0 ? nan_in : in, tg, &loss);
+      expect(s == DP_ERR_NUMERIC, "a NaN loss on every rank");
+      expect(params() == before, "parameters unchanged by the refused steps");
+      // Then the group trains again, on both.
+      OK(dp_group_train_step(group, opt, in, tg, &loss));
+      const std::vector<float> after = params();
+      expect(after != before, "the step after the errors trained");
+      for (dp_tensor* t : {in, tg, bad_tg, nan_in}) dp_tensor_destroy(t);
+      dp_optimizer_destroy(opt);
+      dp_group_destroy(group);
+      dp_process_group_destroy(pg);
+      dp_model_destroy(model);
+      dp_context_destroy(ctx);
+      return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
+    });
+  const std::vector<Outcome> out = run_ranks(ranks, 60);
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    REQUIRE(o.status == 0);
+  }
+  CHECK(out[0].message == out[1].message);  // the same parameters on both ranks
 }
 
 TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_ERR_COMM within seconds") {

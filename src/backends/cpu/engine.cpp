@@ -106,7 +106,7 @@ class CpuEngine final : public Engine {
       : Engine(model, devices),
         comm_(devices, static_cast<int>(model.nodes.size()) + 1,
               [this](float* out, const float* const* in, int k, int64_t b, int64_t e) { sum_then_step(out, in, k, b, e); },
-              Optimizer::kGrain) {
+              Optimizer::kGrain, [this](float* out, int64_t) { bucket_summed(out); }) {
     set_bucket_mb(0.25);  // a bucket per large layer: their sums overlap the backward of the layers before
     set_threads_per_device(threads);
   }
@@ -126,7 +126,6 @@ class CpuEngine final : public Engine {
     // Fewer, larger buckets than between threads: each costs a round trip
     // over the network.
     set_bucket_mb(1);
-    left_.reset(new std::atomic<int64_t>[buckets_.size()]);
     ready_.assign(buckets_.size(), 0);
     stage_ = std::thread(&CpuEngine::stage_main, this);
   }
@@ -182,11 +181,9 @@ class CpuEngine final : public Engine {
     if (!opt_) dst_ = devices_[0]->graph().grads();
     if (procs_ && (plan.job == Job::kTrain || plan.job == Job::kBackward) && !buckets_.empty()) {
       std::lock_guard<std::mutex> lock(stage_mu_);
-      for (size_t j = 0; j < buckets_.size(); ++j) left_[j].store(buckets_[j].count, std::memory_order_relaxed);
       std::fill(ready_.begin(), ready_.end(), 0);
       cancel_ = false;
       stage_error_ = nullptr;
-      stage_train_ = plan.job == Job::kTrain;
       ++stage_started_;
       stage_cv_.notify_all();
     }
@@ -232,18 +229,18 @@ class CpuEngine final : public Engine {
   // (every replica computed its loss before it joined the first bucket).
   void sum_then_step(float* out, const float* const* in, int k, int64_t b, int64_t e) {
     LocalComm::host_sum(out, in, k, b, e);
-    if (procs_) {  // the bucket goes on to the stage once its whole local sum is done
-      const int j = bucket_at(out - dst_);
-      if (left_[j].fetch_sub(e - b, std::memory_order_acq_rel) == e - b) {
-        std::lock_guard<std::mutex> lock(stage_mu_);
-        ready_[static_cast<size_t>(j)] = 1;
-        stage_cv_.notify_all();
-      }
-      return;
-    }
-    if (!opt_ || !decide()) return;
+    if (procs_ || !opt_ || !decide()) return;  // with processes, the stage steps (bucket_summed)
     const int64_t at = out - dst_;  // where the bucket starts in the model's arrays
     opt_->update(params_, dst_, at + b, at + e);
+  }
+  // A bucket's sum over the replicas is complete: with processes, it goes
+  // on to the stage.
+  void bucket_summed(float* out) {
+    if (!procs_) return;
+    const int j = bucket_at(out - dst_);
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    ready_[static_cast<size_t>(j)] = 1;
+    stage_cv_.notify_all();
   }
   // Whether this step may update: decided once, by whoever gets here first.
   bool decide() {
@@ -272,7 +269,7 @@ class CpuEngine final : public Engine {
         lock.unlock();
         try {
           const Bucket& bk = buckets_[j];
-          if (j == 0 && stage_train_) {
+          if (j == 0 && opt_) {  // a training step (kBackward has no optimizer)
             gather_results();
             decide();
           }
@@ -298,10 +295,9 @@ class CpuEngine final : public Engine {
   std::thread stage_;
   mutable std::mutex stage_mu_;
   std::condition_variable stage_cv_;
-  std::unique_ptr<std::atomic<int64_t>[]> left_;  // per bucket: floats whose local sum is not done
-  std::vector<char> ready_;                       // per bucket: local sum done
-  uint64_t stage_started_ = 0, stage_done_ = 0;   // jobs
-  bool stage_train_ = false, cancel_ = false, stop_ = false;
+  std::vector<char> ready_;                      // per bucket: its sum over the replicas is done
+  uint64_t stage_started_ = 0, stage_done_ = 0;  // jobs
+  bool cancel_ = false, stop_ = false;
   std::exception_ptr stage_error_;
   double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -148,7 +149,14 @@ class TcpStore::Server {
     accepter_ = std::thread([this] { accept_loop(); });
   }
 
+  // Rank 0 leaving first would take the store from under the ranks still
+  // asking it why a peer failed ("dp/lost/r"): it keeps serving until every
+  // other rank has left, or for 2 s at most.
   ~Server() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      left_.wait_for(lock, std::chrono::seconds(2), [this] { return open_ == 0; });
+    }
     stop_ = true;
     ::shutdown(listen_fd_, SHUT_RDWR);
     accepter_.join();
@@ -174,11 +182,19 @@ class TcpStore::Server {
         break;
       }
       clients_.push_back(fd);
+      ++open_;
       handlers_.emplace_back([this, fd] { serve(fd); });
     }
   }
 
   void serve(int fd) {
+    answer(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_;
+    left_.notify_all();
+  }
+
+  void answer(int fd) {
     std::string rank;  // the rank this connection announced
     for (;;) {
       char op = 0;
@@ -217,7 +233,9 @@ class TcpStore::Server {
   std::atomic<bool> stop_{false};
   std::thread accepter_;
   std::mutex mu_;
+  std::condition_variable left_;
   std::vector<int> clients_;
+  int open_ = 0;  // connections still being answered
   std::vector<std::thread> handlers_;
   std::map<std::string, std::string> data_;
   int lost_ = 0;  // connections lost so far

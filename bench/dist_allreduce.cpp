@@ -1,9 +1,11 @@
 // All-reduce between processes over loopback, as dp's process groups run it
-// (dp::GlooComm: Gloo's ring all-reduce over TCP), at 64 KB, 1 MB and 32 MB
-// of float32, beside memcpy of the same size on this machine: the
-// collective's time, its algorithm bandwidth (bytes / time) and its bus
-// bandwidth (NCCL's convention: algbw * 2 (n - 1) / n, the bytes each rank
-// moves), so that engines and machines compare.
+// (dp::GlooComm), at 64 B, 64 KB, 1 MB and 32 MB of float32, beside memcpy
+// of the same size on this machine: a gradient bucket's all-reduce
+// (all_reduce_bucket: Gloo's halving-doubling on sync connections, in
+// 512 KB pieces) and the general one (Gloo's ring, the step's small
+// exchanges), their times, and the bucket's algorithm bandwidth (bytes /
+// time) and bus bandwidth (NCCL's convention: algbw * 2 (n - 1) / n, the
+// bytes each rank moves), so that engines and machines compare.
 //
 //   build/bench/dist_allreduce [WORLD]      (default 2 processes; forked here)
 #include <sys/wait.h>
@@ -56,23 +58,29 @@ int main(int argc, char** argv) {
       dp::ProcessGroup pg(c);
       dp::Communicator& comm = *pg.comm();
       if (r == 0) {
-        std::printf("all-reduce of float32 over %d processes on loopback (Gloo ring, TCP), beside memcpy\n", world);
-        std::printf("%10s %12s %12s %12s %14s %14s\n", "size", "time (us)", "algbw GB/s", "busbw GB/s",
-                    "memcpy (us)", "memcpy GB/s");
+        std::printf("all-reduce of float32 over %d processes on loopback (Gloo, TCP), beside memcpy\n", world);
+        std::printf("%10s %12s %12s %12s %12s %14s %14s\n", "size", "bucket (us)", "algbw GB/s", "busbw GB/s",
+                    "general (us)", "memcpy (us)", "memcpy GB/s");
       }
-      for (int64_t bytes : sizes) {
+      for (const int64_t& bytes : sizes) {
         const int64_t n = bytes / 4;
         std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n));
         // A fixed number of calls, the same on every rank; the median of
         // `rounds` timed batches of calls.
         const int calls = bytes <= (1 << 20) ? 50 : 4;
-        std::vector<double> times;
-        for (int w = 0; w < 2; ++w) comm.all_reduce(r, a.data(), a.data(), n);
-        for (int k = 0; k < rounds; ++k) {
+        const int key = static_cast<int>(&bytes - sizes.data());
+        // Bucket and general calls alternate by round, so that both see the same machine.
+        std::vector<double> times, general;
+        for (int w = 0; w < 2; ++w) comm.all_reduce(r, a.data(), a.data(), n), comm.all_reduce_bucket(r, key, a.data(), n);
+        for (int k = 0; k < 2 * rounds; ++k) {
           comm.barrier(r);
           const auto t0 = Clock::now();
-          for (int i = 0; i < calls; ++i) comm.all_reduce(r, a.data(), a.data(), n);
-          times.push_back(seconds_since(t0) / calls);
+          for (int i = 0; i < calls; ++i)
+            if (k % 2)
+              comm.all_reduce(r, a.data(), a.data(), n);
+            else
+              comm.all_reduce_bucket(r, key, a.data(), n);
+          (k % 2 ? general : times).push_back(seconds_since(t0) / calls);
         }
         std::vector<double> copies;
         for (int k = 0; k < rounds; ++k) {
@@ -84,15 +92,17 @@ int main(int argc, char** argv) {
           copies.push_back(seconds_since(t0) / calls);
         }
         std::sort(times.begin(), times.end());
+        std::sort(general.begin(), general.end());
         std::sort(copies.begin(), copies.end());
-        const double t = times[times.size() / 2], m = copies[copies.size() / 2];
+        const double t = times[times.size() / 2], g = general[general.size() / 2], m = copies[copies.size() / 2];
         const double algbw = static_cast<double>(bytes) / t / 1e9;
         if (r == 0)
-          std::printf("%10s %12.1f %12.2f %12.2f %14.1f %14.2f\n",
+          std::printf("%10s %12.1f %12.2f %12.2f %12.1f %14.1f %14.2f\n",
                       bytes >= (1 << 20)   ? (std::to_string(bytes >> 20) + " MB").c_str()
                       : bytes >= (1 << 10) ? (std::to_string(bytes >> 10) + " KB").c_str()
                                            : (std::to_string(bytes) + " B").c_str(),
-                      t * 1e6, algbw, algbw * 2 * (world - 1) / world, m * 1e6, static_cast<double>(bytes) / m / 1e9);
+                      t * 1e6, algbw, algbw * 2 * (world - 1) / world, g * 1e6, m * 1e6,
+                      static_cast<double>(bytes) / m / 1e9);
       }
       std::fflush(stdout);
       ::_exit(0);

@@ -1,23 +1,31 @@
 #include "dist/gloo_comm.h"
 
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "core/error.h"
 
@@ -101,6 +109,86 @@ std::string local_address_towards(const std::string& host, int port) {
   return out;
 }
 
+// A context whose next slot can be set: a bucket's algorithms, made again
+// for data that moved on one rank only, take the slots they had before, so
+// that they still match the other ranks'.
+class SlotContext final : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+  void set_next_slot(int slot) { slot_ = slot; }
+  int next_slot() const { return slot_; }
+};
+
+// The socket of this process whose own address is `want` (a connected
+// pair's address() is its socket's), or -1.
+int socket_at(const sockaddr_storage& want) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    sockaddr_storage me{};
+    socklen_t len = sizeof me;
+    if (fd <= 2 || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) != 0 || me.ss_family != want.ss_family)
+      continue;
+    bool same = false;
+    if (me.ss_family == AF_INET) {
+      auto* x = reinterpret_cast<const sockaddr_in*>(&me);
+      auto* y = reinterpret_cast<const sockaddr_in*>(&want);
+      same = x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    } else if (me.ss_family == AF_INET6) {
+      auto* x = reinterpret_cast<const sockaddr_in6*>(&me);
+      auto* y = reinterpret_cast<const sockaddr_in6*>(&want);
+      same = x->sin6_port == y->sin6_port && std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    if (same) {
+      found = fd;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// A prepared all-reduce: halving-doubling per piece of at most 512 KB,
+// bound to data. The largest piece: halving-doubling's largest blocking
+// write (half a piece, between 2 ranks) must fit the socket buffers
+// (Linux's default wmem_max is 208 KB, doubled), or two ranks writing to
+// each other at once both wait until their time limit.
+template <class T>
+struct Prepared {
+  static constexpr int64_t kPiece = (512 << 10) / sizeof(T);
+  T* data = nullptr;
+  int64_t count = -1;
+  int slot = 0;  // the first of its pieces' slots, the same on every rank
+  std::vector<std::unique_ptr<gloo::Algorithm>> pieces;
+
+  // Binds the pieces to data[0, count), once; `fresh` is the next slot no
+  // one has. A new or resized one (on every rank alike) takes fresh slots;
+  // data that moved (on this rank only) keeps its slots.
+  void bind(SlotContext& ctx, const std::shared_ptr<gloo::Context>& shared, int* fresh, T* to, int64_t n) {
+    if (data == to && count == n) return;
+    const int64_t k = (n + kPiece - 1) / kPiece;
+    if (count != n) {
+      slot = *fresh;
+      *fresh += static_cast<int>(k) * 2 * ctx.size * (ctx.size - 1);  // the slots a halving-doubling takes
+    }
+    pieces.clear();  // their slots are taken again
+    data = nullptr;
+    ctx.set_next_slot(slot);
+    for (int64_t at = 0; at < n; at += kPiece)
+      pieces.emplace_back(std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          shared, std::vector<T*>{to + at}, static_cast<int>(std::min(kPiece, n - at))));
+    data = to;
+    count = n;
+  }
+  void run() {
+    for (auto& piece : pieces) piece->run();
+  }
+};
+
 }  // namespace
 
 struct GlooComm::Impl {
@@ -108,6 +196,17 @@ struct GlooComm::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::chrono::milliseconds timeout{0};
   uint32_t tag = 0;  // every collective its own, the same on every rank
+  // Prepared all-reduces: the sync-mode context, used by one thread at a
+  // time; its sockets (to shut down on abort: closing its pairs would wait
+  // for a read in flight to time out); gradient buckets by key, and the
+  // small sums of doubles by count, through a buffer of their own; the next
+  // slot no one has.
+  std::shared_ptr<SlotContext> sync;
+  std::mutex sync_mu;
+  std::vector<int> sync_fds;
+  std::map<int, Prepared<float>> buckets;
+  std::map<int64_t, std::pair<std::vector<double>, Prepared<double>>> doubles;
+  int fresh_slot = 0;
 };
 
 GlooComm::GlooComm(TcpStore& store, const DistConfig& c)
@@ -134,6 +233,22 @@ GlooComm::GlooComm(TcpStore& store, const DistConfig& c)
     gloo::rendezvous::PrefixStore prefixed("dp/gloo", adapter);
     impl_->context->connectFullMesh(prefixed, impl_->device);
     impl_->context->setTimeout(impl_->timeout);
+    // The buckets' context: its connections' time limit is fixed when they
+    // connect (every rank is known alive by now).
+    impl_->sync = std::make_shared<SlotContext>(c.rank, c.world_size);
+    impl_->sync->setTimeout(impl_->timeout);
+    gloo::rendezvous::PrefixStore sync_prefixed("dp/gloo-buckets", adapter);
+    impl_->sync->connectFullMesh(sync_prefixed, impl_->device);
+    for (int r = 0; r < c.world_size; ++r) {
+      if (r == c.rank) continue;
+      auto& pair = impl_->sync->getPair(r);
+      pair->setSync(true, /*busyPoll=*/false);
+      auto* at = dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address());
+      const int fd = at ? socket_at(at->getSockaddr()) : -1;
+      if (fd < 0) fail(DP_ERR_INTERNAL, "cannot find the socket of Gloo's connection to rank " + std::to_string(r));
+      impl_->sync_fds.push_back(fd);
+    }
+    impl_->fresh_slot = impl_->sync->next_slot();
   } catch (const std::exception& e) {
     fail(DP_ERR_COMM, "rank " + std::to_string(c.rank) + " could not connect to the other " +
                         std::to_string(c.world_size - 1) + " rank(s) with Gloo: " + e.what());
@@ -161,29 +276,44 @@ void GlooComm::guarded(const char* what, F&& f) {
   }
 }
 
-// Gloo's all-reduce of data[0, count) in place, summed; the same for floats and doubles.
-template <class T>
-void GlooComm::sum_in_place(T* data, int64_t count) {
+// Gloo's ring all-reduce, on the event-loop context (any thread).
+void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count) {
+  if (member != rank_ || !in) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce: member must be this rank, with an input");
   if (count <= 0) return;
+  if (in != out) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
   guarded("an all-reduce", [&] {
     gloo::AllreduceOptions opts(impl_->context);
-    opts.setOutput(data, static_cast<size_t>(count));
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+    opts.setOutput(out, static_cast<size_t>(count));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTag(impl_->tag++);
     opts.setTimeout(impl_->timeout);
     gloo::allreduce(opts);
   });
 }
 
-void GlooComm::all_reduce(int member, const float* in, float* out, int64_t count) {
-  if (member != rank_ || !in) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce: member must be this rank, with an input");
-  if (in != out && count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
-  sum_in_place(out, count);
-}
-
+// A step's small exchanges (dp's results, a call's checks): prepared too.
 void GlooComm::all_reduce_f64(int member, double* data, int64_t count) {
   if (member != rank_) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce_f64: member must be this rank");
-  sum_in_place(data, count);
+  if (count <= 0) return;
+  guarded("an all-reduce", [&] {
+    std::lock_guard<std::mutex> lock(impl_->sync_mu);
+    auto& [buf, p] = impl_->doubles[count];
+    buf.assign(data, data + count);
+    p.bind(*impl_->sync, impl_->sync, &impl_->fresh_slot, buf.data(), count);
+    p.run();
+    std::copy(buf.begin(), buf.end(), data);
+  });
+}
+
+void GlooComm::all_reduce_bucket(int member, int key, float* data, int64_t count) {
+  if (member != rank_ || !data) fail(DP_ERR_INTERNAL, "GlooComm::all_reduce_bucket: member must be this rank, with data");
+  if (count <= 0) return;
+  guarded("an all-reduce", [&] {
+    std::lock_guard<std::mutex> lock(impl_->sync_mu);
+    Prepared<float>& b = impl_->buckets[key];
+    b.bind(*impl_->sync, impl_->sync, &impl_->fresh_slot, data, count);
+    b.run();
+  });
 }
 
 void GlooComm::broadcast(int member, float* data, int64_t count, int root) {
@@ -226,8 +356,11 @@ void GlooComm::abort(const std::string& why) {
     broken_ = why + "; this process group cannot be used again";
   }
   NoSigpipe no_sigpipe;
+  // The other ranks fail now, not at their time limit; so does a bucket's
+  // all-reduce of this rank in flight on another thread.
+  for (int fd : impl_->sync_fds) ::shutdown(fd, SHUT_RDWR);
   try {
-    impl_->context->closeConnections();  // the other ranks fail now, not at their time limit
+    impl_->context->closeConnections();
   } catch (...) {
   }
 }

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "core/args.h"
@@ -63,7 +66,27 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   store_->set(base + std::to_string(config_.rank), value);
   std::vector<std::string> keys;
   for (int r = 0; r < config_.world_size; ++r) keys.push_back(base + std::to_string(r));
-  return store_->get(keys, config_.timeout_s);
+  std::vector<std::string> all = store_->get(keys, config_.timeout_s);
+  // Rank 0 serves the store: it returns once every rank has read (or was
+  // lost), so that a rank failing on the result and exiting at once
+  // (without destroying its group) takes nobody's answer with it.
+  store_->set(base + "read/" + std::to_string(config_.rank), "");
+  if (config_.rank == 0) {
+    std::vector<std::string> read;
+    for (int r = 0; r < config_.world_size; ++r) read.push_back(base + "read/" + std::to_string(r));
+    for (int r = 0; r < config_.world_size; ++r) read.push_back("dp/lost/" + std::to_string(r));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      std::vector<bool> found;
+      store_->try_get(read, &found);
+      bool all_read = true, lost = false;
+      for (int r = 0; r < config_.world_size; ++r)
+        all_read = all_read && found[static_cast<size_t>(r)], lost = lost || found[static_cast<size_t>(config_.world_size + r)];
+      if (all_read || lost || std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(config_.timeout_s)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  return all;
 }
 
 void ProcessGroup::check_same(const std::string& what, const std::string& value) {

@@ -45,7 +45,7 @@ class ProcessGroup {
   Communicator* comm() { return comm_.get(); }
 
   // Collective, through the store (start-up and checks, not tensors): every
-  // rank's `value`, in rank order.
+  // rank's `value`, in rank order. Rank 0 returns once every rank has read.
   std::vector<std::string> all_gather(const std::string& value);
   // Collective: throws DP_ERR_INVALID_ARGUMENT on every rank when some rank's
   // `value` differs from rank 0's, naming the first such rank, `what`, and

@@ -36,6 +36,14 @@ class Communicator {
     (void)member, (void)data, (void)count;
     fail(DP_ERR_INTERNAL, "all_reduce_f64: only a process group's communicator has it");
   }
+  // all_reduce(member, data, data, count) of a region summed again and
+  // again: a gradient bucket, which `key` names the same on every member.
+  // Implementations may keep state for it (GlooComm binds prepared
+  // algorithms to it); data may move between calls.
+  virtual void all_reduce_bucket(int member, int key, float* data, int64_t count) {
+    (void)key;
+    all_reduce(member, data, data, count);
+  }
   // data[0, count) of every member becomes root's.
   virtual void broadcast(int member, float* data, int64_t count, int root) = 0;
   // Returns when every member has called it (and their earlier collectives are done).

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -99,7 +100,88 @@ TEST_CASE("Gloo broadcast and barrier") {
   }
 }
 
+TEST_CASE("gradient buckets over 2 and 3 processes: the sum, in pieces, bitwise the same on every rank and call, after data moved on one rank") {
+  const size_t sizes[] = {100, (128 << 10) + 7, 300000};  // 1, 2 and 3 pieces of 512 KB
+  for (int world : {2, 3}) {
+    CAPTURE(world);
+    const int port = free_port();
+    std::vector<RankFn> ranks;
+    for (int r = 0; r < world; ++r)
+      ranks.push_back(in_group(r, world, port, 20, [=](dp::GlooComm& comm) {
+        std::string hashes;
+        std::vector<std::vector<float>> a(3), b(3);
+        for (int call = 0; call < 3; ++call) {
+          for (int k = 0; k < 3; ++k) {
+            const size_t n = sizes[k];
+            // Rank 1's data moves on the second call (a new array), and back.
+            std::vector<float>& buf = (r == 1 && call == 1) ? b[static_cast<size_t>(k)] : a[static_cast<size_t>(k)];
+            buf = data_of(r, n);
+            comm.all_reduce_bucket(r, k, buf.data(), static_cast<int64_t>(n));
+            std::vector<double> want(n, 0.0), scale(n, 0.0);
+            for (int q = 0; q < world; ++q) {
+              const std::vector<float> x = data_of(q, n);
+              for (size_t i = 0; i < n; ++i) want[i] += x[i], scale[i] += std::fabs(x[i]);
+            }
+            double worst = 0;
+            for (size_t i = 0; i < n; ++i) worst = std::fmax(worst, std::fabs(buf[i] - want[i]) / (scale[i] + 1e-30));
+            if (worst > 1e-6) throw std::runtime_error("bucket " + std::to_string(k) + " off by " + std::to_string(worst));
+            char h[20];
+            std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(hash_of(buf)));
+            if (call == 0) {
+              hashes += h;
+            } else if (hashes.substr(static_cast<size_t>(k) * 16, 16) != h) {
+              throw std::runtime_error("call " + std::to_string(call) + " of bucket " + std::to_string(k) + " gave other bits");
+            }
+          }
+        }
+        return hashes;
+      }));
+    auto out = run_ranks(ranks, 60);
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(out[r].message);
+      CHECK(out[r].status == 0);
+      CHECK(out[r].message == out[0].message);
+    }
+  }
+}
+
+TEST_CASE("an abort from another thread ends this rank's bucket all-reduce in flight at once") {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(in_group(r, 2, port, 30, [=](dp::GlooComm& comm) {
+      std::vector<float> v(1000, 1.f);
+      comm.all_reduce_bucket(r, 0, v.data(), 1000);
+      if (r == 1) {  // takes no part in the next one
+        std::this_thread::sleep_for(std::chrono::seconds(6));
+        return std::string();
+      }
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        comm.abort("aborted by the test");
+      });
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string what;
+      try {
+        comm.all_reduce_bucket(r, 0, v.data(), 1000);
+      } catch (const dp::Error& e) {
+        what = e.what();
+      }
+      aborter.join();
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (what.find("aborted by the test") == std::string::npos) throw std::runtime_error("not aborted: " + what);
+      if (took > 3) throw std::runtime_error("the abort took " + std::to_string(took) + " s to end the call");
+      return what;
+    }));
+  for (const Outcome& o : run_ranks(ranks, 60)) {
+    CAPTURE(o.message);
+    CHECK(o.status == 0);
+  }
+}
+
 TEST_CASE("a rank killed mid-all-reduce: every survivor's call fails within seconds, and the group stays failed") {
+  for (bool bucket : {false, true}) {
+  CAPTURE(bucket);
   const int port = free_port();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<RankFn> ranks;
@@ -109,7 +191,10 @@ TEST_CASE("a rank killed mid-all-reduce: every survivor's call fails within seco
       for (int it = 0;; ++it) {
         if (r == 1 && it == 3) ::raise(SIGKILL);
         try {
-          comm.all_reduce(r, v.data(), v.data(), static_cast<int64_t>(v.size()));
+          if (bucket)
+            comm.all_reduce_bucket(r, 0, v.data(), static_cast<int64_t>(v.size()));
+          else
+            comm.all_reduce(r, v.data(), v.data(), static_cast<int64_t>(v.size()));
         } catch (const dp::Error& e) {
           if (e.status() != DP_ERR_COMM) throw std::runtime_error("status " + std::to_string(e.status()));
           try {  // broken for good
@@ -132,4 +217,5 @@ TEST_CASE("a rank killed mid-all-reduce: every survivor's call fails within seco
     CHECK(out[r].message.find("rank 1 died or left") != std::string::npos);
   }
   CHECK(took < 15);  // well inside the 20 s limit: the failure is noticed, not timed out
+  }
 }

@@ -274,7 +274,9 @@ class CpuEngine final : public Engine {
             decide();
           }
           const auto t0 = std::chrono::steady_clock::now();
-          procs_->all_reduce(rank_, dst_ + bk.begin, dst_ + bk.begin, bk.count);
+          // Keyed by bucket, apart for a step's and a backward's arrays.
+          const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
+          procs_->all_reduce_bucket(rank_, key, dst_ + bk.begin, bk.count);
           const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
           lock.lock();

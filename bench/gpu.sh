@@ -7,7 +7,8 @@
 #
 # Stages (each one's failure is shown, and the next one runs):
 #   1 build      meson setup + ninja, unless DP_BUILD is given
-#   2 tests      tests/cuda/test_cuda_layers and test_cuda_group, run directly
+#   2 tests      tests/cuda/test_cuda_layers and test_cuda_group, and tests/dist/test_dist_nccl
+#                (GPUs across processes: skipped with fewer than 2 GPUs), run directly
 #   3 models     `dp bench --devices cuda:0` against bench/torch_gpu.py (the same
 #                architecture from the same JSON, PyTorch eager), samples/s, side by side
 #   4 large MLP  dp's training TFLOP/s on examples/large_mlp.json against torch.mm
@@ -180,7 +181,7 @@ timeout 60 "$DP" devices 2>&1 | sed 's/^/  /'
 say "LD_LIBRARY_PATH:   ${LD_LIBRARY_PATH:-(empty)}"
 # Which CUDA libraries dp resolves, and anything missing.
 unloadable=""
-for f in "$LIBDP" "$DP" "$B/tests/cuda/test_cuda_layers" "$B/tests/cuda/test_cuda_group"; do
+for f in "$LIBDP" "$DP" "$B/tests/cuda/test_cuda_layers" "$B/tests/cuda/test_cuda_group" "$B/tests/dist/test_dist_nccl"; do
   if [ ! -e "$f" ]; then
     say "  not in the build: $f"
     continue
@@ -207,8 +208,9 @@ EOF
 
 # ---------------------------------------------------------- stage 2 -------
 stage "2 CUDA tests"
-for t in test_cuda_layers test_cuda_group; do
-  exe="$B/tests/cuda/$t"
+for t in cuda/test_cuda_layers cuda/test_cuda_group dist/test_dist_nccl; do
+  exe="$B/tests/$t"
+  t=${t#*/}
   log="$LOGS/$t.log"
   if [ ! -x "$exe" ]; then
     fail "$t: $exe not built"

@@ -3,7 +3,7 @@
 # PyTorch but no Debian -dev packages (the lent H200): the build tree's
 # programs and modules (rpaths are $ORIGIN-relative, so the layout is kept,
 # debug information stripped) plus the runtime libraries such a machine lacks
-# (OpenBLAS and its gfortran) in runtime-libs/, which bench/gpu.sh puts on
+# (OpenBLAS and its gfortran, Gloo and its own) in runtime-libs/, which bench/gpu.sh puts on
 # LD_LIBRARY_PATH. cuBLAS, cuDNN and NCCL come from the machine (PyTorch's
 # pip packages), as the same major versions.
 #
@@ -25,8 +25,9 @@ find . -path ./meson-private -prune -o \( -type f -o -type l \) \( -perm -u+x -o
     [ -L "$f" ] || strip --strip-debug "$dst/$f" 2>/dev/null || true
   done
 mkdir -p "$dst/runtime-libs"
-blas=$(ldd "$build/src/libdp.so" | awk '/libopenblas/ {print $3}')
-for lib in "$blas" $(ldd "$blas" | awk '/libgfortran|libquadmath/ {print $3}'); do
+# OpenBLAS and Gloo (process groups), with what they load that such a
+# machine may lack; the C and C++ runtimes and CUDA's libraries are its own.
+for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-/ {print $3}'); do
   cp -L "$lib" "$dst/runtime-libs/"
 done
 tar -C "$stage" -cJf "$out" "$(basename "$build")"

@@ -243,8 +243,9 @@ DP_API dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capa
  * passes only its rows of it (a loader sharded with dp_loader_shard reads
  * exactly those), and gets the global batch's loss, accuracy, batch-norm
  * statistics and gradients, so results do not depend on the number of
- * processes. Processes communicate over TCP with Gloo (CPU devices; GPUs
- * across processes are not built yet).
+ * processes. Processes communicate over TCP with Gloo; on GPUs, gradients
+ * are summed with NCCL over every process's GPUs. Every process names CPU
+ * devices, or every process CUDA devices (DP_ERR_DEVICE otherwise).
  *
  * A process that dies or stops answering fails its peers' calls with
  * DP_ERR_COMM within DP_COMM_TIMEOUT seconds (default 300); after

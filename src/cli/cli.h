@@ -45,16 +45,19 @@ struct Data {
 // "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic:N".
 Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed);
 
-// "auto" (one CPU device per core) or a list as dp_group_create takes it;
-// local_processes > 0: in a process group with that many processes on this
-// machine, which share its cores.
-std::string resolve_devices(const std::string& spec, int local_processes = 0);
+// "auto" (every GPU, else one CPU device per core) or a list as
+// dp_group_create takes it; local_processes > 0: in a process group with
+// that many processes on this machine, this one being local_rank, which
+// share its GPUs (when there are at least as many as processes: torchrun's
+// one GPU per process, cuda:LOCAL_RANK) or else its cores.
+std::string resolve_devices(const std::string& spec, int local_processes = 0, int local_rank = 0);
 
 // This process's place among the processes a launcher started.
 struct Launch {
   ProcessGroup pg;  // null: no launcher, or a world of one process
   int rank = 0, world = 1;
   int local_processes = 0;  // of the group, on this machine (0 without one)
+  int local_rank = 0;       // this process's place among them
 };
 // When a launcher started this process (torchrun, mpirun, srun: WORLD_SIZE,
 // OMPI_COMM_WORLD_SIZE or SLURM_NTASKS is set) in a world of more than one

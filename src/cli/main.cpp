@@ -124,7 +124,7 @@ static int train(const TrainOptions& o) {
   dp_process_group* pg = launch.pg.get();
   if (pg) g_rank = rank;
   const bool lead = rank == 0;
-  std::string devices = resolve_devices(o.devices, launch.local_processes);
+  std::string devices = resolve_devices(o.devices, launch.local_processes, launch.local_rank);
   Group group = make_group(model.get(), devices, o.threads, pg);
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
@@ -282,7 +282,7 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   const int rank = launch.rank, world = launch.world;
   dp_process_group* pg = launch.pg.get();
   if (pg) g_rank = rank;
-  Group group = make_group(model.get(), resolve_devices(devices, launch.local_processes), threads, pg);
+  Group group = make_group(model.get(), resolve_devices(devices, launch.local_processes, launch.local_rank), threads, pg);
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);

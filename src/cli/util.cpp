@@ -33,6 +33,7 @@ Launch join_if_launched() {
   if (out.world == 1) return out;
   check(dp_process_group_rank(pg, &out.rank), "process group");
   check(dp_process_group_local_world_size(pg, &out.local_processes), "process group");
+  check(dp_process_group_local_rank(pg, &out.local_rank), "process group");
   out.pg = std::move(group);
   return out;
 }
@@ -43,18 +44,22 @@ double now_seconds() {
 
 // "auto": every GPU when there is one (as nn.DataParallel takes all visible
 // GPUs), else one CPU device per core; in a process group, this process's
-// share of the machine's cores (GPUs do not cross processes yet).
-std::string resolve_devices(const std::string& spec, int local_processes) {
+// share of the machine's GPUs or, with fewer GPUs than processes, of its cores.
+std::string resolve_devices(const std::string& spec, int local_processes, int local_rank) {
   if (spec != "auto") return spec;
-  int n = 0;
+  int n = 0, first = 0;
   const char* kind = "cuda";
-  if (local_processes > 0 || dp_device_count("cuda", &n, nullptr) != DP_OK || n == 0) {
+  if (dp_device_count("cuda", &n, nullptr) != DP_OK) n = 0;
+  if (local_processes > 0 && n >= local_processes) {
+    n /= local_processes;
+    first = local_rank * n;
+  } else if (local_processes > 0 || n == 0) {
     kind = "cpu";
     dp_device_count("cpu", &n, nullptr);
     if (local_processes > 0) n = std::max(1, n / local_processes);
   }
   std::string out;
-  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::string(kind) + ":" + std::to_string(i);
+  for (int i = first; i < first + n; ++i) out += (i > first ? "," : "") + std::string(kind) + ":" + std::to_string(i);
   return out;
 }
 

@@ -115,13 +115,17 @@ void Engine::run_replica(int r) {
         case Job::kEval: {
           graph.forward(ctx, d.load(ReplicaDevice::kInput, *p.input, off, rows));
           d.loss(ctx, d.load(ReplicaDevice::kTarget, *p.target, off, rows), p.job == Job::kEval);
-          if (p.job == Job::kTrain) graph.backward(ctx, graph.loss_grad());
+          if (p.job == Job::kTrain) {
+            loss_done(r);
+            graph.backward(ctx, graph.loss_grad());
+          }
           break;
         }
       }
       if (ctx.training && model_.stats_total > 0 && p.job != Job::kBackward) d.keep_stats();
     } else if (backward && bucketed()) {
       // Outside the split: no gradients, but every bucket is a collective.
+      if (p.job == Job::kTrain) loss_done(r);
       for (size_t k = model_.nodes.size(); k-- > 0;) node_done(r, k);
     }
     end_replica(r, backward && bucketed());

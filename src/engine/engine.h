@@ -137,6 +137,9 @@ class Engine {
   // thread as soon as gradients [begin, begin + count) are final there (also
   // on replicas outside the split, which hold no gradients). Buckets follow
   // the layers in reverse and are the same on every replica.
+  // On replica r's thread in a training job, once its loss is computed
+  // (before its backward; at once for a replica outside the split).
+  virtual void loss_done(int r) { (void)r; }
   virtual bool bucketed() const { return false; }
   virtual void reduce_bucket(int r, int64_t begin, int64_t count) { (void)r, (void)begin, (void)count; }
   // The communicator a failed job aborts, so that no replica waits forever

@@ -49,19 +49,18 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
   engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
   if (procs && procs->world_size() > 1) {
     const std::vector<std::string> counts = procs->all_gather(std::to_string(size()) + (on_gpus() ? " cuda" : " cpu"));
-    bool gpus = false;
     rank_devices_.clear();
     global_ = 0;
     for (int r = 0; r < procs->world_size(); ++r) {
       const std::string& c = counts[static_cast<size_t>(r)];
-      gpus = gpus || c.find("cuda") != std::string::npos;
+      if ((c.find("cuda") != std::string::npos) != on_gpus())  // one engine beneath all: Gloo or NCCL
+        fail(DP_ERR_DEVICE, "devices \"" + devices + "\": rank " + std::to_string(r) + " gave " +
+                                (on_gpus() ? "CPU" : "CUDA") + " devices and this rank " + (on_gpus() ? "CUDA" : "CPU") +
+                                " ones; a group across processes runs on CPUs on every rank or on GPUs on every rank");
       rank_devices_.push_back(std::stoi(c));
       if (r < procs->rank()) first_ += rank_devices_.back();
       global_ += rank_devices_.back();
     }
-    if (gpus)
-      fail(DP_ERR_DEVICE, "devices \"" + devices + "\": a group across processes runs on CPUs for now (GPUs over NCCL across "
-                                                   "processes are not built yet); some rank gave CUDA devices");
     procs->check_same("model", fingerprint(model_));
     procs_ = procs;
     // Every process starts from rank 0's weights and running statistics.

@@ -175,16 +175,17 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     environment: init_method "tcp://HOST:PORT" (or master_addr and
     master_port), world_size, rank, local_rank, timeout (a datetime.timedelta
     or seconds: how long to wait for the others, here and in every later
-    collective call; default DP_COMM_TIMEOUT, else 300 s). backend: None or
-    "gloo" (processes talk over TCP with Gloo; CPU devices). Rank 0 serves the
+    collective call; default DP_COMM_TIMEOUT, else 300 s). backend: None,
+    "gloo" or "nccl": processes talk over TCP with Gloo, and groups on GPUs
+    sum gradients with NCCL whichever is named. Rank 0 serves the
     start-up store at master_addr:master_port. Raises ValueError when already
     initialized, dp.ModelError for a bad value (a rank outside the world),
     dp.CommError when the others do not all arrive within the timeout,
     dp.IOError when rank 0 cannot listen on the port. Returns the group."""
     global _default
-    if backend is not None and str(backend).lower() != 'gloo':
-        raise ValueError(f'backend {backend!r}: dp\'s process groups communicate over TCP with Gloo (CPU devices); '
-                         f'use backend="gloo" or leave it out')
+    if backend is not None and str(backend).lower() not in ('gloo', 'nccl', 'cpu:gloo,cuda:nccl'):
+        raise ValueError(f'backend {backend!r}: dp\'s process groups use Gloo, and NCCL for groups on GPUs; '
+                         f'use backend="gloo" or "nccl", or leave it out')
     cfg = _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port)
     with _default_lock:
         if _default is not None:
@@ -248,12 +249,19 @@ def destroy_process_group(group=None):
 
 
 def _process_devices(devices, pg):
-    """DistributedDataParallel's devices: "auto" is this process's share of
-    the machine's cores (cores // processes on this machine, at least 1) in a
-    world of several processes (GPUs do not cross processes yet), and as
-    DataParallel's "auto" in a world of one."""
+    """DistributedDataParallel's devices: "auto" in a world of several
+    processes is this process's share of the machine's GPUs (with at least
+    one per process: GPUs // processes on this machine, from
+    cuda:local_rank * that; one GPU per process is cuda:LOCAL_RANK), else of
+    its cores (cores // processes, at least 1); in a world of one, as
+    DataParallel's "auto"."""
     if (devices is None or devices == 'auto') and pg.world_size > 1:
-        n = max(1, device_count('cpu') // pg.local_world_size)
+        local = pg.local_world_size
+        gpus = device_count('cuda')
+        if gpus >= local:
+            k = gpus // local
+            return ','.join(f'cuda:{i}' for i in range(pg.local_rank * k, (pg.local_rank + 1) * k))
+        n = max(1, device_count('cpu') // local)
         return ','.join(f'cpu:{i}' for i in range(n))
     return _devices(devices)
 
@@ -262,8 +270,9 @@ class DistributedDataParallel(DataParallel):
     """One group over the devices of every process of a process group, as
     torch.nn.parallel.DistributedDataParallel; the same API as DataParallel.
     Every process makes it (a collective call) from the same model, naming
-    its own devices ("auto": this process's share of the machine's cores;
-    "cpu:0,cpu:1"; a list; a count), and then makes the same calls in the
+    its own devices ("auto": this process's share of the machine's GPUs, or
+    of its cores; "cpu:0,cpu:1"; "cuda:1"; a list; a count; every process
+    on CPUs or every process on GPUs), and then makes the same calls in the
     same order. Every process starts from rank 0's parameters and buffers.
     The global batch is split over all processes' devices in rank order;
     each process passes only its rows (a DataLoader made with shard=this

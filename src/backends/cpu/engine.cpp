@@ -18,9 +18,10 @@
 // With processes (a process group), the replicas' sum of each bucket is not
 // the end: a stage thread takes the buckets in order, as each one's local
 // sum completes, sums it over the processes (the process communicator, in
-// place), and only then applies the optimizer to it. Before the first
-// bucket it gathers every process's losses and statistics, so the gate
-// decides on the whole batch's loss, the same on every process.
+// place), and only then applies the optimizer to it. In a training step it
+// first gathers every process's losses and statistics, as soon as this
+// process's replicas have their losses (while they run backward), so the
+// gate decides on the whole batch's loss, the same on every process.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -182,6 +183,7 @@ class CpuEngine final : public Engine {
     if (procs_ && (plan.job == Job::kTrain || plan.job == Job::kBackward) && !buckets_.empty()) {
       std::lock_guard<std::mutex> lock(stage_mu_);
       std::fill(ready_.begin(), ready_.end(), 0);
+      losses_ = 0;
       cancel_ = false;
       stage_error_ = nullptr;
       ++stage_started_;
@@ -210,6 +212,11 @@ class CpuEngine final : public Engine {
     cancel_ = true;
     stage_cv_.notify_all();
     stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
+  }
+  void loss_done(int) override {
+    if (!procs_ || !opt_) return;
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    if (++losses_ == n_) stage_cv_.notify_all();
   }
   bool bucketed() const override { return true; }
   void reduce_bucket(int r, int64_t begin, int64_t count) override {
@@ -264,15 +271,25 @@ class CpuEngine final : public Engine {
       stage_cv_.wait(lock, [&] { return stop_ || stage_done_ < stage_started_; });
       if (stop_) return;
       for (size_t j = 0; j < buckets_.size(); ++j) {
+        if (j == 0 && opt_) {  // a training step (kBackward has no optimizer): the gate first
+          stage_cv_.wait(lock, [&] { return cancel_ || losses_ == n_; });
+          if (cancel_) break;
+          lock.unlock();
+          try {
+            gather_results();
+            decide();
+          } catch (...) {
+            lock.lock();
+            stage_error_ = std::current_exception();
+            break;
+          }
+          lock.lock();
+        }
         stage_cv_.wait(lock, [&] { return cancel_ || ready_[j]; });
         if (cancel_) break;
         lock.unlock();
         try {
           const Bucket& bk = buckets_[j];
-          if (j == 0 && opt_) {  // a training step (kBackward has no optimizer)
-            gather_results();
-            decide();
-          }
           const auto t0 = std::chrono::steady_clock::now();
           // Keyed by bucket, apart for a step's and a backward's arrays.
           const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
@@ -299,6 +316,7 @@ class CpuEngine final : public Engine {
   std::condition_variable stage_cv_;
   std::vector<char> ready_;                      // per bucket: its sum over the replicas is done
   uint64_t stage_started_ = 0, stage_done_ = 0;  // jobs
+  int losses_ = 0;  // replicas whose loss is known, in this training step
   bool cancel_ = false, stop_ = false;
   std::exception_ptr stage_error_;
   double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()

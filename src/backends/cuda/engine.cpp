@@ -14,6 +14,10 @@
 // while backward still runs. The host waits once (losses, statistics), the
 // group checks the loss, then each slot applies the optimizer with identical
 // kernels, so the copies stay identical without a broadcast.
+//
+// Across processes (set_processes), NCCL spans every process's GPUs: the
+// buckets are summed over all of them, and each replica's loss, correct
+// count and statistics are gathered over the process communicator (Gloo).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +58,7 @@ class CudaEngine final : public Engine, public DeviceCopy {
     for (int r = 0; r < n_; ++r) rep(r).stream().ctx()->cudnn_benchmark = on;
   }
   void to_host() override;
+  void set_processes(Communicator* procs, int rank, int first, int global) override;
 
  protected:
   void prepare(const RunPlan& plan) override;
@@ -67,7 +72,7 @@ class CudaEngine final : public Engine, public DeviceCopy {
   CudaReplica& rep(int r) { return static_cast<CudaReplica&>(*devices_[r]); }
   cudaStream_t main_stream(const Slot& s) { return rep(s.replicas[0]).stream().ctx()->stream; }
   void check_usable() const {
-    if (nccl_ && !nccl_->broken().empty()) fail(DP_ERR_DEVICE, nccl_->broken());
+    if (nccl_ && !nccl_->broken().empty()) fail(nccl_->failure_status(), nccl_->broken());
   }
   void upload_if_stale();
   void prepare_optimizer(Slot& s, Optimizer& opt);
@@ -192,7 +197,10 @@ void CudaEngine::upload_if_stale() {
     uploaded_buffers_ = model_.buffers_version();
     return;
   }
-  const bool broadcast = nccl_ && slots_.size() > 1;
+  // Across processes every process uploads its own host arrays (the same
+  // on every rank): a broadcast would be a collective that ranks reach
+  // only when their host arrays changed.
+  const bool broadcast = nccl_ && slots_.size() > 1 && !procs_;
   // The host wrote last. Another GPU group may have trained the model
   // before: the syncing accessors fetch its values first.
   const bool mine = model_.device_copy() == this;
@@ -258,6 +266,35 @@ void CudaEngine::prepare(const RunPlan& plan) {
   staging_.results.reserve(staging_.result_stride * static_cast<size_t>(n_));
 }
 
+// NCCL over every process's GPUs: this process's slots are ranks after the
+// slots of the processes before it. Rank 0 makes the unique id; the process
+// communicator hands it (and the slot counts) to every process.
+void CudaEngine::set_processes(Communicator* procs, int rank, int first, int global) {
+  Engine::set_processes(procs, rank, first, global);
+  const int world = procs->size();
+  std::vector<double> counts(static_cast<size_t>(world), 0.0);
+  counts[static_cast<size_t>(rank)] = static_cast<double>(slots_.size());
+  procs->all_reduce_f64(rank, counts.data(), world);
+  int first_slot = 0, total = 0;
+  for (int r = 0; r < world; ++r) {
+    if (r < rank) first_slot += static_cast<int>(counts[static_cast<size_t>(r)]);
+    total += static_cast<int>(counts[static_cast<size_t>(r)]);
+  }
+  ncclUniqueId id{};
+  if (rank == 0) id = NcclComm::unique_id();
+  std::vector<float> words((sizeof id + sizeof(float) - 1) / sizeof(float), 0.0f);  // bytes, not numbers
+  std::memcpy(words.data(), &id, sizeof id);
+  procs->broadcast(rank, words.data(), static_cast<int64_t>(words.size()), 0);
+  std::memcpy(&id, words.data(), sizeof id);
+  std::vector<int> devs;
+  for (const Slot& s : slots_) devs.push_back(s.device);
+  nccl_.reset();
+  nccl_ = std::make_unique<NcclComm>(devs, id, total, first_slot);
+  nccl_->set_timeout_s(procs->timeout_s());
+  bucketed_ = true;
+  for (const Slot& s : slots_) bucketed_ = bucketed_ && s.replicas.size() == 1;
+}
+
 // Gradients [begin, begin + count) are final on replica r (one per slot):
 // all-reduce them on NCCL's stream while backward goes on. A replica outside
 // the split takes part with zeros.
@@ -282,6 +319,7 @@ void CudaEngine::finish(const RunPlan& plan) {
   if (nccl_) nccl_->wait_all();
   for (int r = 0; r < n_; ++r) DP_CUDA_CHECK(cudaEventSynchronize(rep(r).done()));
   if (plan.job == Job::kForward) std::memcpy(plan.output->f32(), staging_.output.data(), plan.output->bytes());
+  if (procs_ && plan.job != Job::kBackward) gather_results();
 }
 
 void CudaEngine::abandon() {

@@ -21,15 +21,49 @@ NcclComm::NcclComm(const std::vector<int>& devices) : members_(devices.size()) {
   std::vector<ncclComm_t> comms(devices.size());
   DP_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   for (size_t i = 0; i < devices.size(); ++i) {
-    Member& m = members_[i];
-    m.device = devices[i];
-    m.comm = comms[i];
+    members_[i].device = devices[i];
+    members_[i].comm = comms[i];
+  }
+  make_streams();
+  const char* t = std::getenv("DP_NCCL_TIMEOUT");
+  if (t && std::atof(t) > 0) set_timeout_s(std::atof(t));
+}
+
+// Every process calls this at once, after its peers were seen alive (the
+// process group's Gloo exchange that handed out the id): NCCL's own
+// bootstrap then connects them.
+NcclComm::NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank)
+    : members_(devices.size()), status_(DP_ERR_COMM) {
+  try {
+    DP_NCCL_CHECK(ncclGroupStart());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      members_[i].device = devices[i];
+      DP_CUDA_CHECK(cudaSetDevice(devices[i]));
+      DP_NCCL_CHECK(ncclCommInitRank(&members_[i].comm, nranks, id, first_rank + static_cast<int>(i)));
+    }
+    DP_NCCL_CHECK(ncclGroupEnd());
+    make_streams();
+  } catch (const Error& e) {
+    for (Member& m : members_)
+      if (m.comm) ncclCommAbort(m.comm), m.comm = nullptr;
+    fail(DP_ERR_COMM, "NCCL could not join this process's " + std::to_string(devices.size()) + " GPU(s) as ranks " +
+                          std::to_string(first_rank) + ".." + std::to_string(first_rank + static_cast<int>(devices.size()) - 1) +
+                          " of " + std::to_string(nranks) + ": " + e.what());
+  }
+}
+
+ncclUniqueId NcclComm::unique_id() {
+  ncclUniqueId id{};
+  DP_NCCL_CHECK(ncclGetUniqueId(&id));
+  return id;
+}
+
+void NcclComm::make_streams() {
+  for (Member& m : members_) {
     DP_CUDA_CHECK(cudaSetDevice(m.device));
     DP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&m.in, &m.out}) DP_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
-  const char* t = std::getenv("DP_NCCL_TIMEOUT");
-  if (t && std::atof(t) > 0) set_timeout_s(std::atof(t));
 }
 
 NcclComm::~NcclComm() {
@@ -44,7 +78,7 @@ NcclComm::~NcclComm() {
 }
 
 void NcclComm::check_usable() const {
-  if (!broken_.empty()) fail(DP_ERR_DEVICE, broken_);
+  if (!broken_.empty()) fail(status_, broken_);
 }
 
 void NcclComm::after(int member, cudaStream_t compute) {
@@ -119,12 +153,12 @@ void NcclComm::wait_members(int first, int last) {
       DP_NCCL_CHECK(ncclCommGetAsyncError(members_[j].comm, &async));
       if (async != ncclSuccess && async != ncclInProgress)
         abort(std::string("NCCL reported an asynchronous error on cuda:") + std::to_string(members_[j].device) + ": " +
-              ncclGetErrorString(async));
+              ncclGetErrorString(async) + (status_ == DP_ERR_COMM ? " (a peer process may have died or left)" : ""));
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_s())
       abort("a gradient all-reduce did not finish within " + std::to_string(static_cast<int>(timeout_s())) +
-            " s (DP_NCCL_TIMEOUT)");
+            (status_ == DP_ERR_COMM ? " s (DP_COMM_TIMEOUT; a peer process may have died or stopped)" : " s (DP_NCCL_TIMEOUT)"));
     check_usable();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

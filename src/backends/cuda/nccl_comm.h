@@ -11,6 +11,11 @@
 // timeout_s() (DP_NCCL_TIMEOUT, 300 s) aborts the communicators and throws,
 // instead of hanging. An aborted NcclComm cannot be reset: the group that
 // owns it must be recreated.
+//
+// Across processes (ncclCommInitRank), this process's GPUs are ranks
+// [first_rank, first_rank + devices.size()) of nranks, joined through a
+// unique id that rank 0 made (unique_id()) and every process was given;
+// failures then are DP_ERR_COMM (a peer process may have died).
 #pragma once
 #include <nccl.h>
 
@@ -24,6 +29,8 @@ namespace dp {
 class NcclComm final : public Communicator {
  public:
   explicit NcclComm(const std::vector<int>& devices);
+  NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank);
+  static ncclUniqueId unique_id();
   ~NcclComm() override;
 
   int size() const override { return static_cast<int>(members_.size()); }
@@ -42,8 +49,9 @@ class NcclComm final : public Communicator {
   void wait_all();
   void abort(const std::string& why) override;
   bool reset() override { return broken_.empty(); }
-  // Empty unless aborted: then why, and what to do.
+  // Empty unless aborted: then why, and what to do; and the status to fail with.
   const std::string& broken() const { return broken_; }
+  dp_status failure_status() const { return status_; }
 
  private:
   struct Member {
@@ -54,9 +62,11 @@ class NcclComm final : public Communicator {
   };
   void check_usable() const;
   void wait_members(int first, int last);
+  void make_streams();
 
   std::vector<Member> members_;
   std::string broken_;
+  dp_status status_ = DP_ERR_DEVICE;  // DP_ERR_COMM across processes
   std::vector<float*> one_;  // barrier: a float per member, on its device
 };
 

@@ -49,7 +49,8 @@ Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, 
 // dp_group_create takes it; local_processes > 0: in a process group with
 // that many processes on this machine, this one being local_rank, which
 // share its GPUs (when there are at least as many as processes: torchrun's
-// one GPU per process, cuda:LOCAL_RANK) or else its cores.
+// one GPU per process, cuda:LOCAL_RANK; every GPU it sees when
+// CUDA_VISIBLE_DEVICES shows it fewer) or else its cores.
 std::string resolve_devices(const std::string& spec, int local_processes = 0, int local_rank = 0);
 
 // This process's place among the processes a launcher started.

@@ -44,15 +44,19 @@ double now_seconds() {
 
 // "auto": every GPU when there is one (as nn.DataParallel takes all visible
 // GPUs), else one CPU device per core; in a process group, this process's
-// share of the machine's GPUs or, with fewer GPUs than processes, of its cores.
+// share of the machine's GPUs, or every GPU it sees when CUDA_VISIBLE_DEVICES
+// shows it fewer than there are processes, or else its share of the cores.
 std::string resolve_devices(const std::string& spec, int local_processes, int local_rank) {
   if (spec != "auto") return spec;
   int n = 0, first = 0;
   const char* kind = "cuda";
   if (dp_device_count("cuda", &n, nullptr) != DP_OK) n = 0;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   if (local_processes > 0 && n >= local_processes) {
     n /= local_processes;
     first = local_rank * n;
+  } else if (local_processes > 0 && n > 0 && visible && *visible) {
+    // The launcher showed each process its own GPUs: all of them.
   } else if (local_processes > 0 || n == 0) {
     kind = "cpu";
     dp_device_count("cpu", &n, nullptr);

@@ -33,9 +33,9 @@ void Engine::run(const RunPlan& plan) {
   } catch (...) {
     // The other processes may be waiting for this one: they fail now too.
     if (procs_) procs_->abort("rank " + std::to_string(rank_) + " failed: " + current_what());
+    abandon();  // first: a stage thread may still read the plan
     plan_ = nullptr;
     error_ = nullptr;
-    abandon();
     if (Communicator* c = comm()) c->reset();
     throw;
   }

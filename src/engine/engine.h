@@ -138,7 +138,8 @@ class Engine {
   // on replicas outside the split, which hold no gradients). Buckets follow
   // the layers in reverse and are the same on every replica.
   // On replica r's thread in a training job, once its loss is computed
-  // (before its backward; at once for a replica outside the split).
+  // (before its backward; for a replica outside the split, at once when the
+  // engine reduces in buckets).
   virtual void loss_done(int r) { (void)r; }
   virtual bool bucketed() const { return false; }
   virtual void reduce_bucket(int r, int64_t begin, int64_t count) { (void)r, (void)begin, (void)count; }

@@ -46,9 +46,22 @@ static std::string fingerprint(const Model& m) {
 Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
     : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)), global_(size()), rank_devices_{size()} {
   const size_t n = devices_.size();
-  engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
-  if (procs && procs->world_size() > 1) {
-    const std::vector<std::string> counts = procs->all_gather(std::to_string(size()) + (on_gpus() ? " cuda" : " cpu"));
+  const bool distributed = procs && procs->world_size() > 1;
+  // Across processes, a rank whose devices fail says so to the others, so
+  // that every rank fails at once rather than at the time limit.
+  std::string failed;
+  try {
+    engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
+  } catch (const Error& e) {
+    if (!distributed) throw;
+    failed = std::string("!") + e.what();
+  }
+  if (distributed) {
+    const std::vector<std::string> counts =
+        procs->all_gather(failed.empty() ? std::to_string(size()) + (on_gpus() ? " cuda" : " cpu") : failed);
+    for (int r = 0; r < procs->world_size(); ++r)
+      if (counts[static_cast<size_t>(r)][0] == '!')
+        fail(DP_ERR_DEVICE, "rank " + std::to_string(r) + " could not use its devices: " + counts[static_cast<size_t>(r)].substr(1));
     rank_devices_.clear();
     global_ = 0;
     for (int r = 0; r < procs->world_size(); ++r) {

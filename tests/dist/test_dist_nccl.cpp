@@ -160,7 +160,11 @@ int main(int argc, char** argv) {
   }
   int st = 0;
   ::waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) < 2) return 77;
+  if (!WIFEXITED(st)) {
+    std::printf("dist_nccl: FAIL: counting the GPUs crashed (signal %d)\n", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return 1;
+  }
+  if (WEXITSTATUS(st) < 2) return 77;
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

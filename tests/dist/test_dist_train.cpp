@@ -435,6 +435,28 @@ TEST_CASE("a model, optimizer or dataset that differs between ranks is refused o
   }
 }
 
+TEST_CASE("a rank whose devices cannot be used fails every rank at once, naming it") {
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      Setup s;
+      s.devices = r == 1 ? "cuda:99" : "cpu:0";  // no machine has it (nor, here, a CUDA build or GPU)
+      run(s, r, 2, port);
+      return "";
+    });
+  const std::vector<Outcome> out = run_ranks(ranks, 60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    CHECK(o.status == 1);
+    CHECK(o.message.find("DP_ERR_DEVICE") != std::string::npos);
+    CHECK(o.message.find("rank 1 could not use its devices: device 'cuda:99'") != std::string::npos);
+  }
+  CHECK(took < 15);  // not the 30 s time limit
+}
+
 TEST_CASE("errors every process sees alike leave every group usable: a refused tensor, differing calls, a NaN loss") {
   const int port = free_port();
   std::vector<RankFn> ranks;

@@ -19,6 +19,7 @@ import ctypes
 import datetime
 import json as _json
 import operator
+import os
 import threading
 import urllib.parse
 
@@ -252,8 +253,9 @@ def _process_devices(devices, pg):
     """DistributedDataParallel's devices: "auto" in a world of several
     processes is this process's share of the machine's GPUs (with at least
     one per process: GPUs // processes on this machine, from
-    cuda:local_rank * that; one GPU per process is cuda:LOCAL_RANK), else of
-    its cores (cores // processes, at least 1); in a world of one, as
+    cuda:local_rank * that; one GPU per process is cuda:LOCAL_RANK; every
+    GPU it sees when CUDA_VISIBLE_DEVICES shows it fewer), else of its cores
+    (cores // processes, at least 1); in a world of one, as
     DataParallel's "auto"."""
     if (devices is None or devices == 'auto') and pg.world_size > 1:
         local = pg.local_world_size
@@ -261,6 +263,8 @@ def _process_devices(devices, pg):
         if gpus >= local:
             k = gpus // local
             return ','.join(f'cuda:{i}' for i in range(pg.local_rank * k, (pg.local_rank + 1) * k))
+        if gpus > 0 and os.environ.get('CUDA_VISIBLE_DEVICES'):  # each process shown its own GPUs
+            return ','.join(f'cuda:{i}' for i in range(gpus))
         n = max(1, device_count('cpu') // local)
         return ','.join(f'cpu:{i}' for i in range(n))
     return _devices(devices)

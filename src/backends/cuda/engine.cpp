@@ -81,6 +81,9 @@ class CudaEngine final : public Engine, public DeviceCopy {
   std::vector<int> slot_of_;
   std::vector<Slot> slots_;
   std::unique_ptr<NcclComm> nccl_;  // across slots, when there are several (or DP_CUDA_NCCL=1)
+  // Across processes, per replica: recorded when its results are on the host
+  // (before it waits for NCCL), so that they are gathered over Gloo first.
+  std::vector<cudaEvent_t> results_;
   bool bucketed_ = false;           // NCCL, one replica per slot: buckets during backward
   std::atomic<bool> buckets_started_{false};
   uint64_t uploaded_version_ = ~uint64_t(0), uploaded_buffers_ = ~uint64_t(0);
@@ -170,7 +173,14 @@ CudaEngine::~CudaEngine() {
   for (int r = 0; r < n_; ++r) cudaStreamSynchronize(rep(r).stream().ctx()->stream);
   for (Slot& s : slots_)  // their memory is the first replica's allocator's, which goes with it
     for (Tensor* t : {&s.params, &s.grads, &s.buffers, &s.step_sum, &s.state0, &s.state1}) *t = Tensor();
+  // A failed process group may have left a peer dead: NCCL is aborted, not
+  // finalized (which would wait for it).
+  if (nccl_ && procs_ && !procs_->reset()) nccl_->abort("the process group failed");
   nccl_.reset();
+  for (int r = 0; r < static_cast<int>(results_.size()); ++r) {
+    cudaSetDevice(rep(r).device());
+    cudaEventDestroy(results_[static_cast<size_t>(r)]);
+  }
   devices_.clear();
   for (Slot& s : slots_) {
     cudaSetDevice(s.device);
@@ -272,27 +282,45 @@ void CudaEngine::prepare(const RunPlan& plan) {
 void CudaEngine::set_processes(Communicator* procs, int rank, int first, int global) {
   Engine::set_processes(procs, rank, first, global);
   const int world = procs->size();
-  std::vector<double> counts(static_cast<size_t>(world), 0.0);
+  // Every process's GPU count, and whether it repeats a GPU: buckets during
+  // backward only if none does, or the processes' NCCL calls would differ.
+  std::vector<double> counts(2 * static_cast<size_t>(world), 0.0);
   counts[static_cast<size_t>(rank)] = static_cast<double>(slots_.size());
-  procs->all_reduce_f64(rank, counts.data(), world);
+  counts[static_cast<size_t>(world + rank)] = static_cast<double>(slots_.size()) < static_cast<double>(n_) ? 1.0 : 0.0;
+  procs->all_reduce_f64(rank, counts.data(), 2 * world);
   int first_slot = 0, total = 0;
+  bool repeats = false;
   for (int r = 0; r < world; ++r) {
     if (r < rank) first_slot += static_cast<int>(counts[static_cast<size_t>(r)]);
     total += static_cast<int>(counts[static_cast<size_t>(r)]);
+    repeats = repeats || counts[static_cast<size_t>(world + r)] != 0.0;
   }
+  // Rank 0's unique id, as bytes (a broadcast copies them exactly); a rank
+  // 0 that cannot make one sends zeros, and every rank fails alike.
   ncclUniqueId id{};
-  if (rank == 0) id = NcclComm::unique_id();
-  std::vector<float> words((sizeof id + sizeof(float) - 1) / sizeof(float), 0.0f);  // bytes, not numbers
+  std::vector<float> words((sizeof id + sizeof(float) - 1) / sizeof(float) + 1, 0.0f);
+  if (rank == 0) {
+    try {
+      id = NcclComm::unique_id();
+      words.back() = 1.0f;
+    } catch (const Error&) {
+    }
+  }
   std::memcpy(words.data(), &id, sizeof id);
   procs->broadcast(rank, words.data(), static_cast<int64_t>(words.size()), 0);
+  if (words.back() != 1.0f) fail(DP_ERR_COMM, "rank 0 could not make NCCL's unique id, so no process can join its GPUs");
   std::memcpy(&id, words.data(), sizeof id);
   std::vector<int> devs;
   for (const Slot& s : slots_) devs.push_back(s.device);
+  if (nccl_) nccl_->wait_all();  // the constructor's broadcast
   nccl_.reset();
-  nccl_ = std::make_unique<NcclComm>(devs, id, total, first_slot);
-  nccl_->set_timeout_s(procs->timeout_s());
-  bucketed_ = true;
-  for (const Slot& s : slots_) bucketed_ = bucketed_ && s.replicas.size() == 1;
+  nccl_ = std::make_unique<NcclComm>(devs, id, total, first_slot, procs->timeout_s());
+  bucketed_ = !repeats;
+  for (int r = 0; r < n_; ++r) {
+    DP_CUDA_CHECK(cudaSetDevice(rep(r).device()));
+    results_.push_back(nullptr);
+    DP_CUDA_CHECK(cudaEventCreateWithFlags(&results_.back(), cudaEventDisableTiming));
+  }
 }
 
 // Gradients [begin, begin + count) are final on replica r (one per slot):
@@ -310,22 +338,31 @@ void CudaEngine::reduce_bucket(int r, int64_t begin, int64_t count) {
 
 void CudaEngine::end_replica(int r, bool buckets) {
   cudaStream_t st = rep(r).stream().ctx()->stream;
+  if (!results_.empty()) DP_CUDA_CHECK(cudaEventRecord(results_[static_cast<size_t>(r)], st));
   if (buckets) nccl_->before(slot_of_[r], st);  // the job ends when its last bucket is reduced
   DP_CUDA_CHECK(cudaEventRecord(rep(r).done(), st));
 }
 
-// Waits for every replica's job; NCCL's collectives first, with its time limit.
+// Waits for every replica's job; NCCL's collectives first, with its time
+// limit. Across processes the results are gathered over Gloo before that,
+// so that a peer that died fails this at once rather than at NCCL's limit.
 void CudaEngine::finish(const RunPlan& plan) {
+  if (procs_ && plan.job != Job::kBackward) {
+    for (cudaEvent_t e : results_) DP_CUDA_CHECK(cudaEventSynchronize(e));
+    gather_results();
+  }
   if (nccl_) nccl_->wait_all();
   for (int r = 0; r < n_; ++r) DP_CUDA_CHECK(cudaEventSynchronize(rep(r).done()));
   if (plan.job == Job::kForward) std::memcpy(plan.output->f32(), staging_.output.data(), plan.output->bytes());
-  if (procs_ && plan.job != Job::kBackward) gather_results();
 }
 
 void CudaEngine::abandon() {
   // A replica that failed mid-backward left its peers' bucket all-reduces
   // waiting for it: only aborting NCCL ends them.
   if (buckets_started_ && nccl_) nccl_->abort("a replica failed while gradient buckets were being all-reduced");
+  // Across processes the peers may be in a collective with this process's
+  // GPUs: they fail now (NCCL on one machine does not see a peer give up).
+  if (procs_ && nccl_) nccl_->abort("rank " + std::to_string(rank_) + " failed");
   for (int r = 0; r < n_; ++r) cudaStreamSynchronize(rep(r).stream().ctx()->stream);
   cudaGetLastError();
 }
@@ -388,6 +425,7 @@ void CudaEngine::reduce(Optimizer* opt) {
         nccl_->all_reduce(static_cast<int>(i), slots_[i].step_sum.f32(), slots_[i].step_sum.f32(), P);
       nccl_->group_end();
       for (size_t i = 0; i < slots_.size(); ++i) nccl_->before(static_cast<int>(i), main_stream(slots_[i]));
+      if (procs_) nccl_->wait_all();  // a peer process lost here fails now, with the time limit
     }
   }
   apply(opt, true);

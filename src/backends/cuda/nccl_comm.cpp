@@ -31,24 +31,57 @@ NcclComm::NcclComm(const std::vector<int>& devices) : members_(devices.size()) {
 
 // Every process calls this at once, after its peers were seen alive (the
 // process group's Gloo exchange that handed out the id): NCCL's own
-// bootstrap then connects them.
-NcclComm::NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank)
-    : members_(devices.size()), status_(DP_ERR_COMM) {
+// bootstrap then connects them, within timeout_s.
+NcclComm::NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank, double timeout_s)
+    : members_(devices.size()), status_(DP_ERR_COMM), nonblocking_(true) {
+  set_timeout_s(timeout_s);
+  bool open = false;
   try {
     DP_NCCL_CHECK(ncclGroupStart());
+    open = true;
     for (size_t i = 0; i < devices.size(); ++i) {
       members_[i].device = devices[i];
       DP_CUDA_CHECK(cudaSetDevice(devices[i]));
-      DP_NCCL_CHECK(ncclCommInitRank(&members_[i].comm, nranks, id, first_rank + static_cast<int>(i)));
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      DP_NCCL_CHECK(ncclCommInitRankConfig(&members_[i].comm, nranks, id, first_rank + static_cast<int>(i), &config));
     }
+    open = false;
     DP_NCCL_CHECK(ncclGroupEnd());
+    settle(0, size(), "joining the other processes' GPUs");
     make_streams();
   } catch (const Error& e) {
+    if (open) ncclGroupEnd();
     for (Member& m : members_)
       if (m.comm) ncclCommAbort(m.comm), m.comm = nullptr;
     fail(DP_ERR_COMM, "NCCL could not join this process's " + std::to_string(devices.size()) + " GPU(s) as ranks " +
                           std::to_string(first_rank) + ".." + std::to_string(first_rank + static_cast<int>(devices.size()) - 1) +
                           " of " + std::to_string(nranks) + ": " + e.what());
+  }
+}
+
+void NcclComm::settle(int first, int last, const char* what) {
+  if (!nonblocking_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = first; i < last;) {
+    check_usable();
+    ncclResult_t state = ncclSuccess;
+    DP_NCCL_CHECK(ncclCommGetAsyncError(members_[i].comm, &state));
+    if (state == ncclSuccess) {
+      ++i;
+      continue;
+    }
+    if (state != ncclInProgress) {
+      abort(std::string(what) + ": NCCL failed on cuda:" + std::to_string(members_[i].device) + ": " +
+            ncclGetErrorString(state) + " (a peer process may have died or left)");
+      check_usable();
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s()) {
+      abort(std::string(what) + ": NCCL did not finish within " + std::to_string(static_cast<int>(timeout_s())) +
+            " s (DP_COMM_TIMEOUT; a peer process may have died or stopped)");
+      check_usable();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
@@ -67,6 +100,24 @@ void NcclComm::make_streams() {
 }
 
 NcclComm::~NcclComm() {
+  if (nonblocking_ && broken_.empty()) {
+    // Finalizing is non-blocking too: poll it, within the time limit, and
+    // abort what did not finish (ncclCommDestroy would wait for it).
+    for (Member& m : members_)
+      if (m.comm && ncclCommFinalize(m.comm) != ncclSuccess) broken_ = "finalize failed";
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < members_.size() && broken_.empty();) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(members_[i].comm, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+        broken_ = "finalize failed";
+      else if (state == ncclSuccess)
+        ++i;
+      else if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s())
+        broken_ = "finalize timed out";
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
   for (Member& m : members_) {
     cudaSetDevice(m.device);
     if (m.comm) (broken_.empty() ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm));
@@ -93,14 +144,22 @@ void NcclComm::before(int member, cudaStream_t compute) {
   DP_CUDA_CHECK(cudaStreamWaitEvent(compute, m.out, 0));
 }
 
-void NcclComm::group_start() { DP_NCCL_CHECK(ncclGroupStart()); }
-void NcclComm::group_end() { DP_NCCL_CHECK(ncclGroupEnd()); }
+void NcclComm::group_start() {
+  DP_NCCL_CHECK(ncclGroupStart());
+  ++group_depth_;
+}
+void NcclComm::group_end() {
+  --group_depth_;
+  DP_NCCL_CHECK(ncclGroupEnd());
+  if (group_depth_ == 0) settle(0, size(), "a group of collectives");
+}
 
 void NcclComm::all_reduce(int member, const float* in, float* out, int64_t count) {
   check_usable();
   if (count <= 0) return;
   const Member& m = members_[member];
   DP_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), ncclFloat, ncclSum, m.comm, m.stream));
+  if (group_depth_ == 0) settle(member, member + 1, "an all-reduce");
 }
 
 void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
@@ -108,6 +167,7 @@ void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
   if (count <= 0) return;
   const Member& m = members_[member];
   DP_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat, root, m.comm, m.stream));
+  if (group_depth_ == 0) settle(member, member + 1, "a broadcast");
 }
 
 // One thread for all members (a barrier of one thread per member would need
@@ -151,9 +211,11 @@ void NcclComm::wait_members(int first, int last) {
     for (int j = i; j < last; ++j) {
       ncclResult_t async = ncclSuccess;
       DP_NCCL_CHECK(ncclCommGetAsyncError(members_[j].comm, &async));
-      if (async != ncclSuccess && async != ncclInProgress)
+      if (async != ncclSuccess && async != ncclInProgress) {
         abort(std::string("NCCL reported an asynchronous error on cuda:") + std::to_string(members_[j].device) + ": " +
               ncclGetErrorString(async) + (status_ == DP_ERR_COMM ? " (a peer process may have died or left)" : ""));
+        check_usable();  // the members' communicators are gone: stop here
+      }
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_s())

@@ -12,10 +12,13 @@
 // instead of hanging. An aborted NcclComm cannot be reset: the group that
 // owns it must be recreated.
 //
-// Across processes (ncclCommInitRank), this process's GPUs are ranks
+// Across processes (ncclCommInitRankConfig), this process's GPUs are ranks
 // [first_rank, first_rank + devices.size()) of nranks, joined through a
 // unique id that rank 0 made (unique_id()) and every process was given;
-// failures then are DP_ERR_COMM (a peer process may have died).
+// failures then are DP_ERR_COMM (a peer process may have died). Those
+// communicators are non-blocking, so that joining, and every call, has the
+// time limit too: a call NCCL leaves in progress is polled until it is
+// enqueued (settle).
 #pragma once
 #include <nccl.h>
 
@@ -29,7 +32,7 @@ namespace dp {
 class NcclComm final : public Communicator {
  public:
   explicit NcclComm(const std::vector<int>& devices);
-  NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank);
+  NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int nranks, int first_rank, double timeout_s);
   static ncclUniqueId unique_id();
   ~NcclComm() override;
 
@@ -63,10 +66,15 @@ class NcclComm final : public Communicator {
   void check_usable() const;
   void wait_members(int first, int last);
   void make_streams();
+  // Non-blocking communicators: polls members [first, last) until none is
+  // in progress (aborts and throws on an error or at the time limit).
+  void settle(int first, int last, const char* what);
 
   std::vector<Member> members_;
   std::string broken_;
   dp_status status_ = DP_ERR_DEVICE;  // DP_ERR_COMM across processes
+  bool nonblocking_ = false;          // across processes
+  int group_depth_ = 0;               // inside group_start() .. group_end()
   std::vector<float*> one_;  // barrier: a float per member, on its device
 };
 

@@ -108,6 +108,8 @@ class Engine {
   // between processes, and the part of them a job waited for after its
   // replicas had finished (what overlap with backward did not hide).
   virtual void comm_seconds(double* busy, double* exposed) const { *busy = *exposed = 0; }
+  // How many gradient buckets a step's reduction is cut into.
+  size_t bucket_count() const { return buckets_.size(); }
 
   // After kBackward: the model's gradients += the last run's, summed over the
   // replicas. After kTrain: the model's gradients = the last run's, then one

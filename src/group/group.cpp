@@ -52,7 +52,7 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
   std::string failed;
   try {
     engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     if (!distributed) throw;
     failed = std::string("!") + e.what();
   }
@@ -81,6 +81,8 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
     c.broadcast(procs->rank(), model_.mutable_params().data(), model_.num_params(), 0);
     c.broadcast(procs->rank(), model_.mutable_buffers().data(), model_.num_buffers(), 0);
     engine_->set_processes(&c, procs->rank(), first_, global_);
+    // Buckets are collectives: every rank must cut the same ones.
+    procs->check_same("gradient bucket count (DP_BUCKET_MB)", std::to_string(engine_->bucket_count()));
   }
   global_split_.reserve(static_cast<size_t>(global_));
   split_.reserve(n);

@@ -435,6 +435,24 @@ TEST_CASE("a model, optimizer or dataset that differs between ranks is refused o
   }
 }
 
+TEST_CASE("ranks that cut gradients into different buckets (DP_BUCKET_MB) are refused, naming it") {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      if (r == 1) ::setenv("DP_BUCKET_MB", "0.0001", 1);  // a bucket per layer; rank 0: one bucket
+      Setup s;
+      run(s, r, 2, port);
+      return "";
+    });
+  for (const Outcome& o : run_ranks(ranks, 60)) {
+    CAPTURE(o.message);
+    CHECK(o.status == 1);
+    CHECK(o.message.find("DP_ERR_INVALID_ARGUMENT") != std::string::npos);
+    CHECK(o.message.find("rank 1's gradient bucket count (DP_BUCKET_MB) differs from rank 0's") != std::string::npos);
+  }
+}
+
 TEST_CASE("a rank whose devices cannot be used fails every rank at once, naming it") {
   const int port = free_port();
   const auto t0 = std::chrono::steady_clock::now();

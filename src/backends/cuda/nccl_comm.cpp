@@ -48,7 +48,7 @@ NcclComm::NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int 
     }
     open = false;
     DP_NCCL_CHECK(ncclGroupEnd());
-    settle(0, size(), "joining the other processes' GPUs");
+    settle(0, size(), "joining the other processes' GPUs", true);
     make_streams();
   } catch (const Error& e) {
     if (open) ncclGroupEnd();
@@ -60,7 +60,7 @@ NcclComm::NcclComm(const std::vector<int>& devices, const ncclUniqueId& id, int 
   }
 }
 
-void NcclComm::settle(int first, int last, const char* what) {
+void NcclComm::settle(int first, int last, const char* what, bool may_abort) {
   if (!nonblocking_) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = first; i < last;) {
@@ -71,14 +71,18 @@ void NcclComm::settle(int first, int last, const char* what) {
       ++i;
       continue;
     }
-    if (state != ncclInProgress) {
-      abort(std::string(what) + ": NCCL failed on cuda:" + std::to_string(members_[i].device) + ": " +
-            ncclGetErrorString(state) + " (a peer process may have died or left)");
-      check_usable();
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s()) {
-      abort(std::string(what) + ": NCCL did not finish within " + std::to_string(static_cast<int>(timeout_s())) +
-            " s (DP_COMM_TIMEOUT; a peer process may have died or stopped)");
+    std::string why;
+    if (state != ncclInProgress)
+      why = std::string(what) + ": NCCL failed on cuda:" + std::to_string(members_[i].device) + ": " +
+            ncclGetErrorString(state) + " (a peer process may have died or left)";
+    else if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s())
+      why = std::string(what) + ": NCCL did not finish within " + std::to_string(static_cast<int>(timeout_s())) +
+            " s (DP_COMM_TIMEOUT; a peer process may have died or stopped)";
+    if (!why.empty()) {
+      // A replica's thread only reports: the engine aborts once every
+      // replica's thread is done with the communicators (abandon).
+      if (!may_abort) fail(status_, why);
+      abort(why);
       check_usable();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -104,7 +108,10 @@ NcclComm::~NcclComm() {
     // Finalizing is non-blocking too: poll it, within the time limit, and
     // abort what did not finish (ncclCommDestroy would wait for it).
     for (Member& m : members_)
-      if (m.comm && ncclCommFinalize(m.comm) != ncclSuccess) broken_ = "finalize failed";
+      if (m.comm) {
+        const ncclResult_t r = ncclCommFinalize(m.comm);
+        if (r != ncclSuccess && r != ncclInProgress) broken_ = "finalize failed";
+      }
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < members_.size() && broken_.empty();) {
       ncclResult_t state = ncclSuccess;
@@ -151,7 +158,7 @@ void NcclComm::group_start() {
 void NcclComm::group_end() {
   --group_depth_;
   DP_NCCL_CHECK(ncclGroupEnd());
-  if (group_depth_ == 0) settle(0, size(), "a group of collectives");
+  if (group_depth_ == 0) settle(0, size(), "a group of collectives", true);
 }
 
 void NcclComm::all_reduce(int member, const float* in, float* out, int64_t count) {
@@ -159,7 +166,7 @@ void NcclComm::all_reduce(int member, const float* in, float* out, int64_t count
   if (count <= 0) return;
   const Member& m = members_[member];
   DP_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), ncclFloat, ncclSum, m.comm, m.stream));
-  if (group_depth_ == 0) settle(member, member + 1, "an all-reduce");
+  if (group_depth_ == 0) settle(member, member + 1, "an all-reduce", false);
 }
 
 void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
@@ -167,7 +174,7 @@ void NcclComm::broadcast(int member, float* data, int64_t count, int root) {
   if (count <= 0) return;
   const Member& m = members_[member];
   DP_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat, root, m.comm, m.stream));
-  if (group_depth_ == 0) settle(member, member + 1, "a broadcast");
+  if (group_depth_ == 0) settle(member, member + 1, "a broadcast", false);
 }
 
 // One thread for all members (a barrier of one thread per member would need

@@ -67,8 +67,9 @@ class NcclComm final : public Communicator {
   void wait_members(int first, int last);
   void make_streams();
   // Non-blocking communicators: polls members [first, last) until none is
-  // in progress (aborts and throws on an error or at the time limit).
-  void settle(int first, int last, const char* what);
+  // in progress; throws on an error or at the time limit, having aborted
+  // the communicators when may_abort (the thread that drives them all).
+  void settle(int first, int last, const char* what, bool may_abort);
 
   std::vector<Member> members_;
   std::string broken_;

@@ -66,7 +66,28 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   store_->set(base + std::to_string(config_.rank), value);
   std::vector<std::string> keys;
   for (int r = 0; r < config_.world_size; ++r) keys.push_back(base + std::to_string(r));
-  std::vector<std::string> all = store_->get(keys, config_.timeout_s);
+  // Every rank's value; a rank the store saw die fails this at once.
+  for (int r = 0; r < config_.world_size; ++r) keys.push_back("dp/lost/" + std::to_string(r));
+  std::vector<std::string> all;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::vector<bool> found;
+    all = store_->try_get(keys, &found);
+    std::string missing;
+    for (int r = 0; r < config_.world_size; ++r) {
+      if (found[static_cast<size_t>(config_.world_size + r)])
+        fail(DP_ERR_COMM, "rank " + std::to_string(r) + " died or left before every rank reached this step of setting up "
+                          "(the store at " + store_->address() + " saw its connection close)");
+      if (!found[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (missing.empty()) break;
+    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(config_.timeout_s))
+      fail(DP_ERR_COMM, "ranks " + missing + " did not reach this step of setting up within " +
+                            std::to_string(static_cast<int>(config_.timeout_s)) + " s (store at " + store_->address() +
+                            "; DP_COMM_TIMEOUT sets the limit)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  all.resize(static_cast<size_t>(config_.world_size));
   // Rank 0 serves the store: it returns once every rank has read (or was
   // lost), so that a rank failing on the result and exiting at once
   // (without destroying its group) takes nobody's answer with it.
@@ -83,7 +104,7 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
       for (int r = 0; r < config_.world_size; ++r)
         all_read = all_read && found[static_cast<size_t>(r)], lost = lost || found[static_cast<size_t>(config_.world_size + r)];
       if (all_read || lost || std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(config_.timeout_s)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   return all;

@@ -150,12 +150,12 @@ class TcpStore::Server {
   }
 
   // Rank 0 leaving first would take the store from under the ranks still
-  // asking it why a peer failed ("dp/lost/r"): it keeps serving until every
-  // other rank has left, or for 2 s at most.
+  // asking it why a peer failed ("dp/lost/r"): once a rank was lost, it
+  // keeps serving until every other rank has left, or for 2 s at most.
   ~Server() {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      left_.wait_for(lock, std::chrono::seconds(2), [this] { return open_ == 0; });
+      left_.wait_for(lock, std::chrono::seconds(2), [this] { return open_ == 0 || lost_ == 0; });
     }
     stop_ = true;
     ::shutdown(listen_fd_, SHUT_RDWR);

@@ -40,7 +40,8 @@ class TcpStore {
   // retrying until timeout_s has passed. Throws DP_ERR_IO: the port cannot
   // be bound; DP_ERR_COMM: nothing answers at host:port in time.
   TcpStore(const std::string& host, int port, bool serve, double timeout_s);
-  // Rank 0's store keeps serving until every other rank has left (2 s at most).
+  // Once a rank was lost, rank 0's store keeps serving until every other
+  // rank has left (2 s at most), for the survivors to learn which.
   ~TcpStore();
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;

@@ -168,19 +168,19 @@ struct Prepared {
   // Binds the pieces to data[0, count), once; `fresh` is the next slot no
   // one has. A new or resized one (on every rank alike) takes fresh slots;
   // data that moved (on this rank only) keeps its slots.
-  void bind(SlotContext& ctx, const std::shared_ptr<gloo::Context>& shared, int* fresh, T* to, int64_t n) {
+  void bind(const std::shared_ptr<SlotContext>& ctx, int* fresh, T* to, int64_t n) {
     if (data == to && count == n) return;
     const int64_t k = (n + kPiece - 1) / kPiece;
     if (count != n) {
       slot = *fresh;
-      *fresh += static_cast<int>(k) * 2 * ctx.size * (ctx.size - 1);  // the slots a halving-doubling takes
+      *fresh += static_cast<int>(k) * 2 * ctx->size * (ctx->size - 1);  // the slots a halving-doubling takes
     }
     pieces.clear();  // their slots are taken again
     data = nullptr;
-    ctx.set_next_slot(slot);
+    ctx->set_next_slot(slot);
     for (int64_t at = 0; at < n; at += kPiece)
       pieces.emplace_back(std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
-          shared, std::vector<T*>{to + at}, static_cast<int>(std::min(kPiece, n - at))));
+          ctx, std::vector<T*>{to + at}, static_cast<int>(std::min(kPiece, n - at))));
     data = to;
     count = n;
   }
@@ -299,7 +299,7 @@ void GlooComm::all_reduce_f64(int member, double* data, int64_t count) {
     std::lock_guard<std::mutex> lock(impl_->sync_mu);
     auto& [buf, p] = impl_->doubles[count];
     buf.assign(data, data + count);
-    p.bind(*impl_->sync, impl_->sync, &impl_->fresh_slot, buf.data(), count);
+    p.bind(impl_->sync, &impl_->fresh_slot, buf.data(), count);
     p.run();
     std::copy(buf.begin(), buf.end(), data);
   });
@@ -311,7 +311,7 @@ void GlooComm::all_reduce_bucket(int member, int key, float* data, int64_t count
   guarded("an all-reduce", [&] {
     std::lock_guard<std::mutex> lock(impl_->sync_mu);
     Prepared<float>& b = impl_->buckets[key];
-    b.bind(*impl_->sync, impl_->sync, &impl_->fresh_slot, data, count);
+    b.bind(impl_->sync, &impl_->fresh_slot, data, count);
     b.run();
   });
 }

@@ -60,53 +60,52 @@ ProcessGroup::ProcessGroup(const DistConfig& config) : config_(config) {
 
 ProcessGroup::~ProcessGroup() = default;
 
+// Polls the store until every rank's `prefix + rank` is set: their values,
+// in rank order. Stops early when the store saw a rank die: *lost is that
+// rank (else -1); or at the time limit: *missing names the ranks not there.
+std::vector<std::string> ProcessGroup::wait_ranks(const std::string& prefix, int* lost, std::string* missing) {
+  const int n = config_.world_size;
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + std::to_string(r));
+  for (int r = 0; r < n; ++r) keys.push_back("dp/lost/" + std::to_string(r));
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::vector<bool> found;
+    std::vector<std::string> values = store_->try_get(keys, &found);
+    *lost = -1;
+    missing->clear();
+    for (int r = n - 1; r >= 0; --r)
+      if (found[static_cast<size_t>(n + r)]) *lost = r;
+    for (int r = 0; r < n; ++r)
+      if (!found[static_cast<size_t>(r)]) *missing += (missing->empty() ? "" : ", ") + std::to_string(r);
+    if (missing->empty() || *lost >= 0 ||
+        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(config_.timeout_s)) {
+      values.resize(static_cast<size_t>(n));
+      return values;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   if (config_.world_size == 1) return {value};
   const std::string base = "dp/gather/" + std::to_string(seq_++) + "/";
   store_->set(base + std::to_string(config_.rank), value);
-  std::vector<std::string> keys;
-  for (int r = 0; r < config_.world_size; ++r) keys.push_back(base + std::to_string(r));
-  // Every rank's value; a rank the store saw die fails this at once.
-  for (int r = 0; r < config_.world_size; ++r) keys.push_back("dp/lost/" + std::to_string(r));
-  std::vector<std::string> all;
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    std::vector<bool> found;
-    all = store_->try_get(keys, &found);
-    std::string missing;
-    for (int r = 0; r < config_.world_size; ++r) {
-      if (found[static_cast<size_t>(config_.world_size + r)])
-        fail(DP_ERR_COMM, "rank " + std::to_string(r) + " died or left before every rank reached this step of setting up "
-                          "(the store at " + store_->address() + " saw its connection close)");
-      if (!found[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    if (missing.empty()) break;
-    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(config_.timeout_s))
-      fail(DP_ERR_COMM, "ranks " + missing + " did not reach this step of setting up within " +
-                            std::to_string(static_cast<int>(config_.timeout_s)) + " s (store at " + store_->address() +
-                            "; DP_COMM_TIMEOUT sets the limit)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  all.resize(static_cast<size_t>(config_.world_size));
+  int lost = -1;
+  std::string missing;
+  std::vector<std::string> all = wait_ranks(base, &lost, &missing);
+  if (lost >= 0)
+    fail(DP_ERR_COMM, "rank " + std::to_string(lost) + " died or left before every rank reached this step of setting up "
+                      "(the store at " + store_->address() + " saw its connection close)");
+  if (!missing.empty())
+    fail(DP_ERR_COMM, "ranks " + missing + " did not reach this step of setting up within " +
+                          std::to_string(static_cast<int>(config_.timeout_s)) + " s (store at " + store_->address() +
+                          "; DP_COMM_TIMEOUT sets the limit)");
   // Rank 0 serves the store: it returns once every rank has read (or was
   // lost), so that a rank failing on the result and exiting at once
   // (without destroying its group) takes nobody's answer with it.
   store_->set(base + "read/" + std::to_string(config_.rank), "");
-  if (config_.rank == 0) {
-    std::vector<std::string> read;
-    for (int r = 0; r < config_.world_size; ++r) read.push_back(base + "read/" + std::to_string(r));
-    for (int r = 0; r < config_.world_size; ++r) read.push_back("dp/lost/" + std::to_string(r));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (;;) {
-      std::vector<bool> found;
-      store_->try_get(read, &found);
-      bool all_read = true, lost = false;
-      for (int r = 0; r < config_.world_size; ++r)
-        all_read = all_read && found[static_cast<size_t>(r)], lost = lost || found[static_cast<size_t>(config_.world_size + r)];
-      if (all_read || lost || std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(config_.timeout_s)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  if (config_.rank == 0) wait_ranks(base + "read/", &lost, &missing);
   return all;
 }
 

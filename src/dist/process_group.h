@@ -53,6 +53,8 @@ class ProcessGroup {
   void check_same(const std::string& what, const std::string& value);
 
  private:
+  std::vector<std::string> wait_ranks(const std::string& prefix, int* lost, std::string* missing);
+
   DistConfig config_;
   std::unique_ptr<TcpStore> store_;
   std::unique_ptr<Communicator> comm_;

@@ -21,182 +21,9 @@
 
 #include "../api_util.h"
 #include "ranks.h"
+#include "train_run.h"
 
 namespace {
-
-const char* kModel = R"({"seed": 7, "input": {"shape": [6]},
-  "layers": [{"type": "linear", "out_features": 12, "bias": false}, {"type": "batch_norm1d"}, {"type": "relu"},
-             {"type": "dropout", "p": 0.25}, {"type": "linear", "out_features": 5}],
-  "loss": {"type": "cross_entropy"}})";
-const char* kModelNoBatchNorm = R"({"seed": 7, "input": {"shape": [6]},
-  "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
-             {"type": "linear", "out_features": 5}],
-  "loss": {"type": "cross_entropy"}})";
-const char* kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
-const char* kAdam = R"({"type": "adam", "lr": 0.01})";
-const int64_t kSamples = 71;  // batches of 30: 30, 30, 11; of 7: ten of 7 and one of 1
-
-void ok(dp_status s, const char* what) {
-  if (s != DP_OK) throw std::runtime_error(std::string(what) + ": " + dp_status_name(s) + ": " + dp_last_error());
-}
-#define OK(call) ok((call), #call)
-
-// What a run leaves: parameters, buffers and the losses of its steps, then
-// the evaluation's loss and correct count. Bytes, so that a child can send it.
-struct Result {
-  std::vector<float> params, buffers, losses;
-  float eval_loss = 0;
-  int64_t correct = 0;
-  std::string bytes() const {
-    std::string s;
-    for (const auto* v : {&params, &buffers, &losses}) {
-      const uint64_t n = v->size();
-      s.append(reinterpret_cast<const char*>(&n), 8);
-      if (n > 0) s.append(reinterpret_cast<const char*>(v->data()), n * sizeof(float));
-    }
-    s.append(reinterpret_cast<const char*>(&eval_loss), 4);
-    s.append(reinterpret_cast<const char*>(&correct), 8);
-    return s;
-  }
-  static Result from(const std::string& s) {
-    Result r;
-    size_t at = 0;
-    for (auto* v : {&r.params, &r.buffers, &r.losses}) {
-      REQUIRE(s.size() >= at + 8);
-      uint64_t n = 0;
-      std::memcpy(&n, s.data() + at, 8);
-      at += 8;
-      REQUIRE(s.size() >= at + n * sizeof(float));
-      v->resize(n);
-      if (n > 0) std::memcpy(v->data(), s.data() + at, n * sizeof(float));
-      at += n * sizeof(float);
-    }
-    REQUIRE(s.size() == at + 12);
-    std::memcpy(&r.eval_loss, s.data() + at, 4);
-    std::memcpy(&r.correct, s.data() + at + 4, 8);
-    return r;
-  }
-};
-
-struct Setup {
-  const char* model = kModel;
-  const char* opt = kSgd;
-  int64_t batch = 30;
-  int64_t samples = kSamples;
-  int epochs = 1;
-  std::string devices = "cpu:0";
-  // Checkpoints: after `save_after` steps, save to `path` and stop; or
-  // resume from `path` first.
-  int save_after = -1;
-  std::string save_path, resume_path;
-};
-
-// One process's run: with world > 1, rank `rank` of a process group on
-// loopback `port`; world 0: no process group at all (dp_group_create).
-Result run(const Setup& s, int rank, int world, int port) {
-  dp_context* ctx = nullptr;
-  dp_model* model = nullptr;
-  dp_process_group* pg = nullptr;
-  dp_group* group = nullptr;
-  dp_optimizer* opt = nullptr;
-  dp_dataset* ds = nullptr;
-  dp_loader *loader = nullptr, *eval_loader = nullptr;
-  OK(dp_context_create(&ctx));
-  OK(dp_model_from_json(ctx, s.model, &model));
-  if (world > 0) {
-    const std::string cfg = "{\"rank\": " + std::to_string(rank) + ", \"world_size\": " + std::to_string(world) +
-                            ", \"master_addr\": \"127.0.0.1\", \"master_port\": " + std::to_string(port) + ", \"timeout_s\": 30}";
-    OK(dp_process_group_create(cfg.c_str(), &pg));
-    OK(dp_group_create_distributed(model, s.devices.c_str(), pg, &group));
-  } else {
-    OK(dp_group_create(model, s.devices.c_str(), &group));
-  }
-  OK(dp_optimizer_create(group, s.opt, &opt));
-
-  TestRng rng(42);
-  std::vector<float> x(static_cast<size_t>(s.samples * 6));
-  std::vector<int64_t> y(static_cast<size_t>(s.samples));
-  for (float& v : x) v = rng.uniform(-1, 1);
-  for (auto& v : y) v = rng.next() % 5;
-  const int64_t sample_shape[] = {6};
-  OK(dp_dataset_from_arrays(ctx, x.data(), 1, sample_shape, s.samples, DP_I64, y.data(), 0, nullptr, 0, &ds));
-  const std::string lcfg = "{\"batch_size\": " + std::to_string(s.batch) + ", \"shuffle\": true, \"seed\": 3}";
-  OK(dp_loader_create(ds, lcfg.c_str(), &loader));
-  OK(dp_loader_create(ds, "{\"batch_size\": 16}", &eval_loader));
-  if (world > 0) {
-    OK(dp_loader_shard(loader, group));
-    OK(dp_loader_shard(eval_loader, group));
-  }
-  if (!s.resume_path.empty()) OK(dp_checkpoint_load(s.resume_path.c_str(), group, opt, loader));
-
-  Result res;
-  const int64_t shape0[] = {0, 6}, tshape0[] = {0};
-  dp_tensor *in = nullptr, *tg = nullptr;
-  OK(dp_tensor_create(ctx, DP_F32, 2, shape0, &in));
-  OK(dp_tensor_create(ctx, DP_I64, 1, tshape0, &tg));
-  int steps = 0;
-  int64_t epoch = 0, b = 0;
-  OK(dp_loader_position(loader, &epoch, &b));
-  for (; epoch < s.epochs; ++epoch) {
-    int64_t rows = 0;
-    while (OK(dp_loader_next(loader, in, tg, &rows)), rows > 0) {
-      float loss = 0;
-      OK(dp_group_train_step(group, opt, in, tg, &loss));
-      res.losses.push_back(loss);
-      if (++steps == s.save_after) {
-        OK(dp_checkpoint_save(s.save_path.c_str(), group, opt, loader, nullptr));
-        epoch = s.epochs;
-        break;
-      }
-    }
-  }
-  OK(dp_group_set_training(group, 0));
-  int64_t rows = 0;
-  while (OK(dp_loader_next(eval_loader, in, tg, &rows)), rows > 0) {
-    float loss = 0;
-    int64_t correct = 0;
-    OK(dp_group_evaluate(group, in, tg, &loss, &correct));
-    res.eval_loss += loss;
-    res.correct += correct;
-  }
-  int64_t n = 0;
-  OK(dp_model_num_parameters(model, &n));
-  res.params.resize(static_cast<size_t>(n));
-  OK(dp_model_copy_parameters(model, res.params.data(), n));
-  OK(dp_model_num_buffers(model, &n));
-  res.buffers.resize(static_cast<size_t>(n));
-  OK(dp_model_copy_buffers(model, res.buffers.data(), n));
-  dp_tensor_destroy(in);
-  dp_tensor_destroy(tg);
-  dp_loader_destroy(eval_loader);
-  dp_loader_destroy(loader);
-  dp_dataset_destroy(ds);
-  dp_optimizer_destroy(opt);
-  dp_group_destroy(group);
-  dp_process_group_destroy(pg);
-  dp_model_destroy(model);
-  dp_context_destroy(ctx);
-  return res;
-}
-
-// Runs one process per entry of `devices` (rank order); every rank's result.
-std::vector<Result> run_world(Setup s, const std::vector<std::string>& devices) {
-  const int port = free_port();
-  const int world = static_cast<int>(devices.size());
-  std::vector<RankFn> ranks;
-  for (int r = 0; r < world; ++r) {
-    Setup mine = s;
-    mine.devices = devices[static_cast<size_t>(r)];
-    ranks.push_back([=] { return run(mine, r, world, port).bytes(); });
-  }
-  std::vector<Result> out;
-  for (const Outcome& o : run_ranks(ranks, 120)) {
-    INFO("rank " << out.size() << ": " << (o.status == 0 ? std::string("ok") : o.message));
-    REQUIRE(o.status == 0);
-    out.push_back(Result::from(o.message));
-  }
-  return out;
-}
 
 void require_same_run(const Result& a, const Result& b, double tol, const char* what) {
   INFO(std::string(what));
@@ -208,6 +35,34 @@ void require_same_run(const Result& a, const Result& b, double tol, const char* 
 }
 
 bool bitwise_equal(const Result& a, const Result& b) { return a.bytes() == b.bytes(); }
+
+// Rank r of a world on loopback `port` (a 20 s limit): kModel on cpu:0 with
+// SGD, for the tests that make their own calls; its handles go with it.
+struct Member {
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  dp_process_group* pg = nullptr;
+  dp_group* group = nullptr;
+  dp_optimizer* opt = nullptr;
+  Member(int r, int world, int port) {
+    OK(dp_context_create(&ctx));
+    OK(dp_model_from_json(ctx, kModel, &model));
+    const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(world) +
+                            ", \"master_port\": " + std::to_string(port) + ", \"timeout_s\": 20}";
+    OK(dp_process_group_create(cfg.c_str(), &pg));
+    OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
+    OK(dp_optimizer_create(group, kSgd, &opt));
+  }
+  ~Member() {
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(group);
+    dp_process_group_destroy(pg);
+    dp_model_destroy(model);
+    dp_context_destroy(ctx);
+  }
+  Member(const Member&) = delete;
+  Member& operator=(const Member&) = delete;
+};
 
 }  // namespace
 
@@ -480,18 +335,11 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
   std::vector<RankFn> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back([=]() -> std::string {
-      dp_context* ctx = nullptr;
-      dp_model* model = nullptr;
-      dp_process_group* pg = nullptr;
-      dp_group* group = nullptr;
-      dp_optimizer* opt = nullptr;
-      OK(dp_context_create(&ctx));
-      OK(dp_model_from_json(ctx, kModel, &model));
-      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 2, \"master_port\": " +
-                              std::to_string(port) + ", \"timeout_s\": 20}";
-      OK(dp_process_group_create(cfg.c_str(), &pg));
-      OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
-      OK(dp_optimizer_create(group, kSgd, &opt));
+      Member m(r, 2, port);
+      dp_context* ctx = m.ctx;
+      dp_model* model = m.model;
+      dp_group* group = m.group;
+      dp_optimizer* opt = m.opt;
       TestRng rng(3 + r);
       std::vector<float> x(4 * 6);
       for (float& v : x) v = rng.uniform(-1, 1);
@@ -532,11 +380,6 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
       const std::vector<float> after = params();
       expect(after != before, "the step after the errors trained");
       for (dp_tensor* t : {in, tg, bad_tg, nan_in}) dp_tensor_destroy(t);
-      dp_optimizer_destroy(opt);
-      dp_group_destroy(group);
-      dp_process_group_destroy(pg);
-      dp_model_destroy(model);
-      dp_context_destroy(ctx);
       return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
     });
   const std::vector<Outcome> out = run_ranks(ranks, 60);
@@ -553,18 +396,10 @@ TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_E
   std::vector<RankFn> ranks;
   for (int r = 0; r < 3; ++r)
     ranks.push_back([=]() -> std::string {
-      dp_context* ctx = nullptr;
-      dp_model* model = nullptr;
-      dp_process_group* pg = nullptr;
-      dp_group* group = nullptr;
-      dp_optimizer* opt = nullptr;
-      OK(dp_context_create(&ctx));
-      OK(dp_model_from_json(ctx, kModel, &model));
-      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 3, \"master_port\": " +
-                              std::to_string(port) + ", \"timeout_s\": 20}";
-      OK(dp_process_group_create(cfg.c_str(), &pg));
-      OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
-      OK(dp_optimizer_create(group, kSgd, &opt));
+      Member m(r, 3, port);
+      dp_context* ctx = m.ctx;
+      dp_group* group = m.group;
+      dp_optimizer* opt = m.opt;
       std::vector<float> x(4 * 6, 0.5f);
       std::vector<int64_t> y(4, 1);
       dp_tensor* in = make_f32(ctx, x, {4, 6});
@@ -579,11 +414,6 @@ TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_E
         first += std::string(" | then: ") + dp_status_name(s) + ": " + dp_last_error();
         dp_tensor_destroy(in);
         dp_tensor_destroy(tg);
-        dp_optimizer_destroy(opt);
-        dp_group_destroy(group);
-        dp_process_group_destroy(pg);
-        dp_model_destroy(model);
-        dp_context_destroy(ctx);
         return first;
       }
     });

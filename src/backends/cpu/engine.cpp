@@ -264,48 +264,47 @@ class CpuEngine final : public Engine {
     return g == kStep;
   }
 
-  // The stage of processes: one job's buckets, in order.
+  // The stage of processes: one job at a time.
   void stage_main() {
     std::unique_lock<std::mutex> lock(stage_mu_);
     for (;;) {
       stage_cv_.wait(lock, [&] { return stop_ || stage_done_ < stage_started_; });
       if (stop_) return;
-      for (size_t j = 0; j < buckets_.size(); ++j) {
-        if (j == 0 && opt_) {  // a training step (kBackward has no optimizer): the gate first
-          stage_cv_.wait(lock, [&] { return cancel_ || losses_ == n_; });
-          if (cancel_) break;
-          lock.unlock();
-          try {
-            gather_results();
-            decide();
-          } catch (...) {
-            lock.lock();
-            stage_error_ = std::current_exception();
-            break;
-          }
-          lock.lock();
-        }
-        stage_cv_.wait(lock, [&] { return cancel_ || ready_[j]; });
-        if (cancel_) break;
-        lock.unlock();
-        try {
-          const Bucket& bk = buckets_[j];
-          const auto t0 = std::chrono::steady_clock::now();
-          // Keyed by bucket, apart for a step's and a backward's arrays.
-          const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
-          procs_->all_reduce_bucket(rank_, key, dst_ + bk.begin, bk.count);
-          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
-          lock.lock();
-          busy_s_ += took;
-        } catch (...) {
-          lock.lock();
-          stage_error_ = std::current_exception();
-          break;
-        }
+      try {
+        stage_job(lock);
+      } catch (...) {
+        if (!lock.owns_lock()) lock.lock();
+        stage_error_ = std::current_exception();
       }
       ++stage_done_;
       stage_cv_.notify_all();
+    }
+  }
+  // One job, holding `lock` except while it communicates: in a training
+  // step the gate first (once every replica has its loss), then the buckets
+  // in order, each once its sum over the replicas is done.
+  void stage_job(std::unique_lock<std::mutex>& lock) {
+    if (opt_) {  // kBackward has no optimizer, and no gate
+      stage_cv_.wait(lock, [&] { return cancel_ || losses_ == n_; });
+      if (cancel_) return;
+      lock.unlock();
+      gather_results();
+      decide();
+      lock.lock();
+    }
+    for (size_t j = 0; j < buckets_.size(); ++j) {
+      stage_cv_.wait(lock, [&] { return cancel_ || ready_[j]; });
+      if (cancel_) return;
+      lock.unlock();
+      const Bucket& bk = buckets_[j];
+      const auto t0 = std::chrono::steady_clock::now();
+      // Keyed by bucket, apart for a step's and a backward's arrays.
+      const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
+      procs_->all_reduce_bucket(rank_, key, dst_ + bk.begin, bk.count);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
+      lock.lock();
+      busy_s_ += took;
     }
   }
 

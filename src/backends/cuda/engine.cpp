@@ -286,7 +286,7 @@ void CudaEngine::set_processes(Communicator* procs, int rank, int first, int glo
   // backward only if none does, or the processes' NCCL calls would differ.
   std::vector<double> counts(2 * static_cast<size_t>(world), 0.0);
   counts[static_cast<size_t>(rank)] = static_cast<double>(slots_.size());
-  counts[static_cast<size_t>(world + rank)] = static_cast<double>(slots_.size()) < static_cast<double>(n_) ? 1.0 : 0.0;
+  counts[static_cast<size_t>(world + rank)] = slots_.size() < static_cast<size_t>(n_) ? 1.0 : 0.0;
   procs->all_reduce_f64(rank, counts.data(), 2 * world);
   int first_slot = 0, total = 0;
   bool repeats = false;

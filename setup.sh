@@ -5,12 +5,14 @@
 #
 #   ./setup.sh            install + build + train
 #   ./setup.sh --deps     install only
+#   ./setup.sh --deps --fuzz   install only, with clang's libFuzzer (tests/fuzz; CI)
 #   ./setup.sh --toy      install + build + the tutorial's DataParallel toy
 set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libopenblas-dev
           zlib1g-dev dataset-fashion-mnist python3-numpy python3-pytest abigail-tools libgloo-dev openmpi-bin)
+[ "${2:-}" = "--fuzz" ] && packages+=(clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -79,6 +79,26 @@ DP_API dp_status dp_context_create(dp_context** out);
  * destroy models (and their groups) before their context. */
 DP_API void dp_context_destroy(dp_context* ctx);
 
+typedef enum dp_context_option {
+  /* Bytes of host memory a model built from this context may take with its
+   * groups, optimizers and batches (parameters, gradients, buffers, the
+   * replicas' gradients, optimizer state, activations), each estimated and
+   * checked before it is allocated: what does not fit is refused with
+   * DP_ERR_OUT_OF_MEMORY naming the layer and the bytes. 0 (default): the
+   * machine's available memory at the time of each check (MemAvailable).
+   * Applies to models built after the call. */
+  DP_CONTEXT_MEMORY_LIMIT = 0,
+  /* 1: a model's JSON may load plugin libraries it names by path
+   * ({"plugins": ["./swish.so"]}). 0 (default): a model file is data and
+   * loads no code of its own choosing: its "plugins" may name libraries the
+   * program already loaded (dp_context_load_plugin) or bare names found in
+   * a DP_PLUGIN_PATH directory; anything else is DP_ERR_PLUGIN. */
+  DP_CONTEXT_ALLOW_MODEL_PLUGINS = 1
+} dp_context_option;
+/* Sets a context option (DP_ERR_INVALID_ARGUMENT for an unknown option or
+ * value). Not thread-safe with other uses of the same context. */
+DP_API dp_status dp_context_set_option(dp_context* ctx, dp_context_option option, int64_t value);
+
 /* ---- Plugins: layer types from shared libraries (dp_plugin.h,
  * docs/plugins.md). ----
  * Loads a plugin into the context (dlopen RTLD_NOW | RTLD_LOCAL) and
@@ -86,8 +106,10 @@ DP_API void dp_context_destroy(dp_context* ctx);
  * with a '/' is a file path (relative to the current directory); a bare name
  * ("swish") is searched in the directories of DP_PLUGIN_PATH (colon-
  * separated; as given, then name.so, then libname.so), then in the current
- * directory. A model's JSON may list plugins too: {"plugins": ["./swish.so"]}
- * (relative to the model file for dp_model_from_file). Loading a library
+ * directory. A model's JSON may list plugins too, {"plugins": ["swish"]}: by
+ * default only libraries already loaded or bare names in DP_PLUGIN_PATH;
+ * paths ("./swish.so", relative to the model file for dp_model_from_file)
+ * only with DP_CONTEXT_ALLOW_MODEL_PLUGINS. Loading a library
  * already loaded is a no-op. DP_ERR_PLUGIN, with nothing registered and the
  * context unchanged, for: a missing file, a library without dp_plugin_init,
  * a host API version this dp lacks, a type name already known (built in or

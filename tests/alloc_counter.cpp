@@ -1,4 +1,5 @@
-// Counts every heap allocation of the test program (replaces global new).
+// Counts every heap allocation of the test program (replaces global new),
+// and fails one on request.
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -6,9 +7,11 @@
 
 namespace {
 std::atomic<long> g_allocs{0};
+std::atomic<long> g_fail_at{0};  // the allocation (by count) that fails; 0: none
 
 void* alloc(std::size_t n, std::size_t align) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  const long k = g_allocs.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (k == g_fail_at.load(std::memory_order_relaxed)) throw std::bad_alloc();
   if (n == 0) n = 1;
   void* p = nullptr;
   if (align <= alignof(std::max_align_t)) {
@@ -25,6 +28,7 @@ void* alloc(std::size_t n, std::size_t align) {
 namespace dp {
 namespace test {
 long allocations() { return g_allocs.load(); }
+void fail_allocation(long nth) { g_fail_at.store(nth > 0 ? g_allocs.load() + nth : 0); }
 }  // namespace test
 }  // namespace dp
 

@@ -6,5 +6,8 @@
 namespace dp {
 namespace test {
 long allocations();
+// The nth allocation from now (1: the next one), on any thread, throws
+// std::bad_alloc (nothrow new returns NULL); 0 cancels.
+void fail_allocation(long nth);
 }  // namespace test
 }  // namespace dp

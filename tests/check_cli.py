@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The `dp` command: exit codes, messages, outputs, Ctrl-C, and exact resume.
 
-    check_cli.py BUILD/src/cli/dp
+    check_cli.py BUILD/src/cli/dp BUILD/plugins/swish.so
 """
 import json
 import os
@@ -13,6 +13,7 @@ import tempfile
 import time
 
 DP = os.path.abspath(sys.argv[1])
+SWISH = os.path.abspath(sys.argv[2])
 passed = failed = 0
 
 
@@ -75,6 +76,19 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r.returncode == 2, '--epochs 0 exits 2', r.stderr)
     r = run('devices')
     expect(r.returncode == 0 and 'cpu:0' in r.stdout, 'dp devices', r.stdout)
+
+    # Sizes: a model beyond --memory-limit is refused before allocation.
+    r = run('train', 'mlp.json', '--data', 'synthetic:64', '--memory-limit', '1kB')
+    expect(r.returncode != 0 and 'DP_CONTEXT_MEMORY_LIMIT' in r.stderr and '1.0 kB' in r.stderr, '--memory-limit refuses', r.stderr)
+    # A model file loads no plugin library by path unless allowed.
+    with open('plug.json', 'w') as f:
+        json.dump(dict(MLP, plugins=[SWISH], layers=MLP['layers'][:1] + [{"type": "swish"}] + MLP['layers'][1:]), f)
+    r = run('train', 'plug.json', '--data', 'synthetic:64', '--max-steps', '1', '--workers', '0')
+    expect(r.returncode == 2 and '--allow-model-plugins' in r.stderr, 'a plugin path in a model is refused', r.stderr)
+    r = run('train', 'plug.json', '--data', 'synthetic:64', '--max-steps', '1', '--workers', '0', '--allow-model-plugins')
+    expect(r.returncode == 0, '--allow-model-plugins loads it', r.stderr)
+    r = run('train', 'plug.json', '--data', 'synthetic:64', '--max-steps', '1', '--workers', '0', '--plugin', SWISH)
+    expect(r.returncode == 0, '--plugin loads it first: the model may name it', r.stderr)
 
     # Training: progress on stderr, one JSON object as the last stdout line, log, plot, checkpoint.
     common = ['--data', 'synthetic:2048', '--batch-size', '64', '--devices', 'cpu:0,cpu:1', '--workers', '1',

@@ -90,6 +90,25 @@ dp_status dp_context_create(dp_context** out) {
 
 void dp_context_destroy(dp_context* ctx) { delete ctx; }
 
+dp_status dp_context_set_option(dp_context* ctx, dp_context_option option, int64_t value) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(ctx, "ctx is NULL");
+  switch (option) {
+    case DP_CONTEXT_MEMORY_LIMIT:
+      DP_CHECK_ARG(value >= 0, "DP_CONTEXT_MEMORY_LIMIT takes bytes >= 0 (0: the machine's available memory), got " +
+                                   std::to_string(value));
+      ctx->memory_limit = static_cast<uint64_t>(value);
+      break;
+    case DP_CONTEXT_ALLOW_MODEL_PLUGINS:
+      DP_CHECK_ARG(value == 0 || value == 1, "DP_CONTEXT_ALLOW_MODEL_PLUGINS takes 0 or 1, got " + std::to_string(value));
+      ctx->allow_model_plugins = value == 1;
+      break;
+    default:
+      fail(DP_ERR_INVALID_ARGUMENT, "dp_context_set_option: unknown option " + std::to_string(static_cast<int>(option)));
+  }
+  DP_GUARD_END
+}
+
 /* ---- model ---- */
 
 dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out) {
@@ -97,9 +116,12 @@ dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out) 
   DP_CHECK_ARG(ctx && json && out, "ctx, json and out must not be NULL");
   auto m = std::make_unique<dp_model>();
   m->ctx = ctx;
-  m->model = dp::Model::from_json(ctx->registry, json, [ctx](const std::string& entry, const std::string&) {
-    ctx->plugins.load(ctx->registry, entry, "");  // relative paths: the current directory
-  });
+  m->model = dp::Model::from_json(
+      ctx->registry, json,
+      [ctx](const std::string& entry, const std::string&) {
+        ctx->plugins.load(ctx->registry, entry, "", ctx->model_trust());  // relative paths: the current directory
+      },
+      ctx->memory_limit);
   *out = m.release();
   DP_GUARD_END
 }
@@ -117,9 +139,10 @@ dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out) 
   try {
     // A model file's relative plugin paths are relative to the file.
     std::string file = path, dir = file.find('/') == std::string::npos ? "" : file.substr(0, file.rfind('/') + 1);
-    m->model = dp::Model::from_json(ctx->registry, text.str(), [ctx, dir](const std::string& entry, const std::string&) {
-      ctx->plugins.load(ctx->registry, entry, dir);
-    });
+    m->model = dp::Model::from_json(
+        ctx->registry, text.str(),
+        [ctx, dir](const std::string& entry, const std::string&) { ctx->plugins.load(ctx->registry, entry, dir, ctx->model_trust()); },
+        ctx->memory_limit);
   } catch (const dp::Error& e) {
     fail(e.status(), std::string(path) + ": " + e.what());
   }
@@ -446,7 +469,9 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   DP_CHECK_ARG(g && json_config && out, "g, json_config and out must not be NULL");
   auto o = std::make_unique<dp_optimizer>();
   o->group = g;
-  o->opt = dp::Optimizer::from_json(json_config, g->group->model().num_params());
+  dp::Model& model = g->group->model();
+  o->opt = dp::Optimizer::from_json(json_config, model.num_params(), model.memory_limit,
+                                    model.held_bytes() + g->group->held_bytes());
   // Every process must update alike (the JSON as given: the same file or string everywhere).
   if (dp::ProcessGroup* pg = g->group->process_group()) pg->check_same("optimizer config", json_config);
   *out = o.release();

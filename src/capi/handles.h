@@ -14,6 +14,11 @@ struct dp_context {
   // built from them remains).
   dp::Plugins plugins;
   dp::Registry registry;
+  uint64_t memory_limit = 0;         // DP_CONTEXT_MEMORY_LIMIT (0: the machine's available memory)
+  bool allow_model_plugins = false;  // DP_CONTEXT_ALLOW_MODEL_PLUGINS
+  dp::Plugins::Trust model_trust() const {
+    return allow_model_plugins ? dp::Plugins::Trust::kAny : dp::Plugins::Trust::kInstalledOnly;
+  }
 };
 
 struct dp_model {

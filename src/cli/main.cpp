@@ -30,7 +30,11 @@ struct TrainOptions {
 // --plugin PATH, repeatable: loaded into each command's context first.
 static std::vector<std::string> g_plugins;
 static bool g_cudnn_benchmark = false;
+static bool g_allow_model_plugins = false;  // --allow-model-plugins
+static int64_t g_memory_limit = 0;          // --memory-limit
 static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths) {
+  check(dp_context_set_option(ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, g_allow_model_plugins ? 1 : 0), "--allow-model-plugins");
+  check(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, g_memory_limit), "--memory-limit");
   for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), "--plugin " + p);
 }
 
@@ -399,8 +403,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> p_paths;
   auto* plugins_cmd = app.add_subcommand("plugins", "load plugins and list the layer types they register");
   plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
-  for (auto* cmd : {train_cmd, eval_cmd, bench_cmd})
+  for (auto* cmd : {train_cmd, eval_cmd, bench_cmd}) {
     cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)");
+    cmd->add_flag("--allow-model-plugins", g_allow_model_plugins,
+                  "let the model's JSON load plugin libraries it names by path (by default it may use plugins already "
+                  "loaded with --plugin, or bare names in DP_PLUGIN_PATH)");
+    cmd->add_option("--memory-limit", g_memory_limit,
+                    "bytes the model, its optimizer and batches may take (e.g. 8GB; default: the machine's available memory)")
+        ->transform(CLI::AsSizeValue(true));
+  }
   for (auto* cmd : {train_cmd, bench_cmd})
     cmd->add_flag("--cudnn-benchmark", g_cudnn_benchmark,
                   "GPUs: time cuDNN's convolution algorithms on the first step, take the fastest (cudnn.benchmark)");

@@ -9,8 +9,41 @@ namespace dp {
 
 using nlohmann::json;
 
+namespace {
+
+// Appends v to out until out passes cap; containers below depth 8 are elided.
+void brief(const json& v, int depth, size_t cap, std::string& out) {
+  if (!v.is_structured()) {
+    out += v.dump();
+    return;
+  }
+  const bool array = v.is_array();
+  if (depth >= 8 && !v.empty()) {
+    out += array ? "[...]" : "{...}";
+    return;
+  }
+  out += array ? '[' : '{';
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (out.size() > cap) return;  // cut below anyway
+    if (it != v.begin()) out += ',';
+    if (!array) out += json(it.key()).dump() + ':';
+    brief(*it, depth + 1, cap, out);
+  }
+  out += array ? ']' : '}';
+}
+
+}  // namespace
+
+std::string json_brief(const json& v, size_t max_chars) {
+  std::string out;
+  brief(v, 0, max_chars, out);
+  if (out.size() > max_chars) out = out.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return out;
+}
+
 Args::Args(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
-  if (!obj.is_object()) fail(DP_ERR_MODEL, (path_.empty() ? "/" : path_) + ": expected an object, got " + obj.dump());
+  if (!obj.is_object())
+    fail(DP_ERR_MODEL, (path_.empty() ? "/" : path_) + ": expected an object, got " + json_brief(obj));
 }
 
 bool Args::has(const char* key) const { return obj_.contains(key); }
@@ -22,9 +55,7 @@ const json* Args::get(const char* key) {
 }
 
 void Args::bad(const char* key, const std::string& expected, const json& got) const {
-  std::string g = got.dump();
-  if (g.size() > 60) g = g.substr(0, 57) + "...";
-  fail(DP_ERR_MODEL, path_of(key) + ": expected " + expected + ", got " + g);
+  fail(DP_ERR_MODEL, path_of(key) + ": expected " + expected + ", got " + json_brief(got));
 }
 
 static std::string at_least(int64_t min_value) {

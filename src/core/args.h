@@ -14,6 +14,13 @@
 
 namespace dp {
 
+// A JSON value as error messages quote it: compact JSON, cut to max_chars
+// (ending "..."), with what is nested deeper than a few levels shown as
+// [...] or {...}. Bounded work and stack whatever the value: json::dump()
+// recurses once per level, so quoting a value nested 100000 deep (a
+// 200 KB file) would overflow the stack.
+std::string json_brief(const nlohmann::json& v, size_t max_chars = 60);
+
 class Args {
  public:
   // obj must outlive the Args. Throws DP_ERR_MODEL unless obj is an object.

@@ -19,7 +19,7 @@ LoaderConfig LoaderConfig::from_json(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     fail(DP_ERR_JSON, std::string("loader JSON: ") + e.what());
   }
   Args a(doc, "");

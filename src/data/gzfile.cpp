@@ -72,13 +72,18 @@ void GzFile::read_exact(void* dst, size_t n, const char* what) {
 }
 
 void GzFile::read_exact(std::vector<uint8_t>& out, uint64_t n, const char* what) {
-  constexpr uint64_t kChunk = uint64_t(64) << 20;
+  // Reserved up to 64 MiB (untouched until read into); filled in chunks from
+  // 64 KiB, doubling to 64 MiB, so that a header claiming more than the file
+  // holds costs about what the file holds.
+  constexpr uint64_t kMaxChunk = uint64_t(64) << 20;
+  uint64_t chunk = uint64_t(64) << 10;
   uint64_t start = offset_;
   out.clear();
-  out.reserve(static_cast<size_t>(std::min(n, kChunk)));
+  out.reserve(static_cast<size_t>(std::min(n, kMaxChunk)));
   while (out.size() < n) {
     size_t have = out.size();
-    size_t want = static_cast<size_t>(std::min<uint64_t>(n - have, kChunk));
+    size_t want = static_cast<size_t>(std::min<uint64_t>(n - have, chunk));
+    chunk = std::min(chunk * 2, kMaxChunk);
     out.resize(have + want);
     size_t got = read(out.data() + have, want);
     if (got != want)
@@ -94,13 +99,17 @@ uint32_t GzFile::read_be32(const char* what) {
 }
 
 void GzFile::read_rest(std::vector<uint8_t>& out) {
-  constexpr size_t kChunk = size_t(16) << 20;
+  // Chunks from 64 KiB, doubling to 16 MiB: a small file (or a damaged one)
+  // costs little, a large one few calls.
+  constexpr size_t kMaxChunk = size_t(16) << 20;
+  size_t chunk = size_t(64) << 10;
   for (;;) {
     size_t have = out.size();
-    out.resize(have + kChunk);
-    size_t got = read(out.data() + have, kChunk);
+    out.resize(have + chunk);
+    size_t got = read(out.data() + have, chunk);
     out.resize(have + got);
-    if (got < kChunk) return;
+    if (got < chunk) return;
+    chunk = std::min(chunk * 2, kMaxChunk);
   }
 }
 

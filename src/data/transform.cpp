@@ -19,7 +19,7 @@ std::shared_ptr<const Transform> Transform::from_json(const std::string& text, c
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     fail(DP_ERR_JSON, std::string("transform JSON: ") + e.what());
   }
   Args a(doc, "");
@@ -40,15 +40,26 @@ std::shared_ptr<const Transform> Transform::from_json(const std::string& text, c
     t->pad_ = c.integer("padding", 0, 0);
     c.finish("random_crop");
     int64_t h = sample[sample.ndim - 2], w = sample[sample.ndim - 1];
-    if (size[0] > h + 2 * t->pad_ || size[1] > w + 2 * t->pad_)
+    // apply() computes in the padded image: its sides must fit in int64.
+    int64_t pad2 = 0, ph = 0, pw = 0;
+    if (__builtin_mul_overflow(t->pad_, int64_t{2}, &pad2) || __builtin_add_overflow(h, pad2, &ph) ||
+        __builtin_add_overflow(w, pad2, &pw))
+      fail(DP_ERR_MODEL, c.path_of("padding") + ": " + std::to_string(t->pad_) + " is too large for an image of " +
+                             std::to_string(h) + "x" + std::to_string(w));
+    if (size[0] > ph || size[1] > pw)
       fail(DP_ERR_MODEL, c.path_of("size") + ": a crop of " + std::to_string(size[0]) + "x" + std::to_string(size[1]) +
-                             " does not fit the padded image of " + std::to_string(h + 2 * t->pad_) + "x" +
-                             std::to_string(w + 2 * t->pad_));
+                             " does not fit the padded image of " + std::to_string(ph) + "x" + std::to_string(pw));
     t->crop_ = true;
     t->crop_h_ = size[0];
     t->crop_w_ = size[1];
     t->out_[sample.ndim - 2] = size[0];
     t->out_[sample.ndim - 1] = size[1];
+    // The cropped sample's elements must be countable (as a tensor's: at most 2^59).
+    int64_t n = 1;
+    for (int i = 0; i < t->out_.ndim; ++i)
+      if (__builtin_mul_overflow(n, t->out_[i], &n) || n > (int64_t{1} << 59))
+        fail(DP_ERR_MODEL, c.path_of("size") + ": a crop of " + std::to_string(size[0]) + "x" + std::to_string(size[1]) +
+                               " makes samples of " + t->out_.str() + ", too many elements (at most 2^59)");
     any = true;
   }
 
@@ -63,11 +74,13 @@ std::shared_ptr<const Transform> Transform::from_json(const std::string& text, c
     if (sample.ndim < 1)
       fail(DP_ERR_MODEL, a.path_of("normalize") + ": needs samples with a channel dim, the dataset's are []");
     Args n(doc["normalize"], a.path_of("normalize"));
-    size_t channels = static_cast<size_t>(sample[0]);
+    // Normalize runs after the crop, so its channels are the cropped
+    // sample's dim 0 (which a crop changes when the sample is just (H, W)).
+    size_t channels = static_cast<size_t>(t->out_[0]);
     for (const char* key : {"mean", "std"})
       if (!n.has(key))
         fail(DP_ERR_MODEL, n.path_of(key) + ": missing; expected a list of " + std::to_string(channels) +
-                               " numbers (one per channel of " + sample.str() + ")");
+                               " numbers (one per channel of " + t->out_.str() + ")");
     auto mean = n.numbers("mean", {}, channels, -1e30, 1e30);
     auto sd = n.numbers("std", {}, channels, 0, 1e30);
     n.finish("normalize");

@@ -17,14 +17,15 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -120,31 +121,55 @@ class SlotContext final : public gloo::rendezvous::Context {
 };
 
 // The socket of this process whose own address is `want` (a connected
-// pair's address() is its socket's), or -1.
+// pair's address() is its socket's), or -1. Found without touching any
+// descriptor: Gloo's event-loop thread closes its own sockets whenever it
+// likes (a listening socket once accepted, a pair whose peer left), so
+// fstat() or getsockname() on every descriptor of the process would race
+// with it, and could even read a number closed and reused meanwhile. The
+// kernel's table of TCP sockets (/proc/self/net/tcp, tcp6) gives the
+// inodes of the connections at `want`; /proc/self/fd links name the
+// descriptor of the one that is ours.
 int socket_at(const sockaddr_storage& want) {
+  // The table's local address: the address's 32-bit words as the kernel
+  // prints them (each in host byte order), ":", the port.
+  char local[64];
+  const char* table = nullptr;
+  if (want.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&want);
+    std::snprintf(local, sizeof local, "%08X:%04X", a->sin_addr.s_addr, ntohs(a->sin_port));
+    table = "/proc/self/net/tcp";
+  } else if (want.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&want);
+    uint32_t w[4];
+    std::memcpy(w, &a->sin6_addr, sizeof w);
+    std::snprintf(local, sizeof local, "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3], ntohs(a->sin6_port));
+    table = "/proc/self/net/tcp6";
+  } else {
+    return -1;
+  }
+  // "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...";
+  // a listening socket (st 0A) at the same address is not the connection.
+  std::vector<std::string> inodes;
+  if (FILE* f = std::fopen(table, "r")) {
+    char line[512], sl[32], addr[64], rem[64], st[8], inode[32];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "%31s %63s %63s %7s %*s %*s %*s %*s %*s %31s", sl, addr, rem, st, inode) == 5 &&
+          std::strcmp(addr, local) == 0 && std::strcmp(st, "0A") != 0 && std::strcmp(inode, "0") != 0)
+        inodes.push_back(std::string("socket:[") + inode + "]");
+    std::fclose(f);
+  }
+  if (inodes.empty()) return -1;
   DIR* d = ::opendir("/proc/self/fd");
   if (!d) return -1;
   int found = -1;
   while (dirent* e = ::readdir(d)) {
-    const int fd = std::atoi(e->d_name);
-    struct stat st {};
-    sockaddr_storage me{};
-    socklen_t len = sizeof me;
-    if (fd <= 2 || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) != 0 || me.ss_family != want.ss_family)
-      continue;
-    bool same = false;
-    if (me.ss_family == AF_INET) {
-      auto* x = reinterpret_cast<const sockaddr_in*>(&me);
-      auto* y = reinterpret_cast<const sockaddr_in*>(&want);
-      same = x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    } else if (me.ss_family == AF_INET6) {
-      auto* x = reinterpret_cast<const sockaddr_in6*>(&me);
-      auto* y = reinterpret_cast<const sockaddr_in6*>(&want);
-      same = x->sin6_port == y->sin6_port && std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
-    }
-    if (same) {
-      found = fd;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char link[64];
+    const ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    if (std::find(inodes.begin(), inodes.end(), link) != inodes.end()) {
+      found = std::atoi(e->d_name);
       break;
     }
   }

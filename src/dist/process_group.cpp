@@ -23,7 +23,7 @@ DistConfig dist_config_from_json(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     fail(DP_ERR_JSON, std::string("process group JSON: ") + e.what());
   }
   Args a(doc, "");

@@ -66,7 +66,10 @@ bool recv_all(int fd, void* p, size_t n) {
 // A string as a 4-byte length and its bytes.
 bool send_str(int fd, const std::string& s) {
   const uint32_t n = static_cast<uint32_t>(s.size());
-  return send_all(fd, &n, 4) && send_all(fd, s.data(), s.size());
+  std::string msg(4 + s.size(), '\0');  // one write: one segment
+  std::memcpy(&msg[0], &n, 4);
+  std::memcpy(&msg[4], s.data(), s.size());
+  return send_all(fd, msg.data(), msg.size());
 }
 bool recv_str(int fd, std::string* s) {
   uint32_t n = 0;
@@ -119,7 +122,11 @@ DistConfig dist_config_from_env() {
 // value) and 'Q' (a client leaving on purpose). Start-up traffic is a few
 // small messages per rank. A connection stays open while its process group
 // lives, so the server also sees a rank vanish: a connection that announced
-// rank r ("dp/rank/r") and closes without 'Q' sets "dp/lost/r".
+// rank r ("dp/rank/r") and closes without 'Q' sets "dp/lost/r". The
+// handlers are detached and counted (open_), and the destructor waits for
+// the count to reach 0: a connection's thread ends with it, so a process
+// that exits without destroying its group (a rank failing at once) leaves
+// no finished thread unjoined behind it.
 class TcpStore::Server {
  public:
   Server(const std::string& host, int port) {
@@ -161,10 +168,10 @@ class TcpStore::Server {
     ::shutdown(listen_fd_, SHUT_RDWR);
     accepter_.join();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       for (int fd : clients_) ::shutdown(fd, SHUT_RDWR);
+      left_.wait(lock, [this] { return open_ == 0; });  // the handlers are done with this
     }
-    for (auto& t : handlers_) t.join();
     for (int fd : clients_) ::close(fd);
     ::close(listen_fd_);
   }
@@ -181,12 +188,19 @@ class TcpStore::Server {
         ::close(fd);
         break;
       }
+      // Answers are small writes: without TCP_NODELAY, Nagle holds each
+      // second one until the client's delayed ACK (40 ms a request).
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       clients_.push_back(fd);
       ++open_;
-      handlers_.emplace_back([this, fd] { serve(fd); });
+      std::thread([this, fd] { serve(fd); }).detach();
     }
   }
 
+  // A handler's last touch of the server: the destructor waits for open_
+  // to reach 0 (the notification comes under the lock, so the server
+  // outlives it).
   void serve(int fd) {
     answer(fd);
     std::lock_guard<std::mutex> lock(mu_);
@@ -235,8 +249,7 @@ class TcpStore::Server {
   std::mutex mu_;
   std::condition_variable left_;
   std::vector<int> clients_;
-  int open_ = 0;  // connections still being answered
-  std::vector<std::thread> handlers_;
+  int open_ = 0;  // connections still being answered: their (detached) handler threads
   std::map<std::string, std::string> data_;
   int lost_ = 0;  // connections lost so far
 };

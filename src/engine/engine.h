@@ -45,6 +45,10 @@ struct RunPlan {
   // sum of the replicas' losses, in replica order, is known to be finite;
   // reduce(opt) then does what is left.
   Optimizer* opt = nullptr;
+  // Some replica runs more rows than ever before, so it allocates during the
+  // job: apply the optimizer only once every replica finished (a failure
+  // midway then leaves parameters and optimizer state untouched).
+  bool grows = false;
 };
 
 // The device half of one replica. Called on the replica's host thread, in

@@ -1,7 +1,10 @@
 #include "group/group.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+
+#include "core/memory.h"
 
 namespace dp {
 
@@ -49,6 +52,18 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
   const bool distributed = procs && procs->world_size() > 1;
   // Across processes, a rank whose devices fail says so to the others, so
   // that every rank fails at once rather than at the time limit.
+  // Per sample, each layer's output and its gradient; on CPUs, each
+  // replica's gradients and statistics, checked before they are allocated.
+  for (const Node& node : model_.nodes)
+    activation_floats_ = checked_add(activation_floats_, node.out_shape.checked_numel(node.layer->path + " output"), "activations");
+  activation_floats_ = checked_mul(activation_floats_, 2, "activations and their gradients");
+  if (gpu_ordinals_.empty()) {
+    replica_bytes_ = static_cast<uint64_t>(checked_mul(
+        checked_mul(static_cast<int64_t>(n), checked_add(model_.num_params(), model_.stats_total, "replica"), "replicas"), 4, "replicas"));
+    check_fits(model_.held_bytes(), replica_bytes_, model_.memory_limit,
+               "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
+                   std::to_string(model_.num_params() + model_.stats_total) + " floats)");
+  }
   std::string failed;
   try {
     engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
@@ -93,11 +108,32 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
 
 Group::~Group() = default;
 
+uint64_t Group::held_bytes() const {
+  return replica_bytes_ + (on_gpus() ? 0 : 4 * static_cast<uint64_t>(seen_rows_) * static_cast<uint64_t>(activation_floats_));
+}
+
+void Group::check_activations(int64_t rows) {
+  if (rows <= seen_rows_ || on_gpus()) return;  // GPU memory: the device's allocator reports its own failures
+  const int64_t more = checked_mul(checked_mul(rows - seen_rows_, activation_floats_, "activations"), 4, "activations");
+  int64_t largest = 0;
+  const Node* at = &model_.nodes[0];
+  for (const Node& node : model_.nodes)
+    if (node.out_shape.numel() > largest) {
+      largest = node.out_shape.numel();
+      at = &node;
+    }
+  check_fits(model_.held_bytes() + held_bytes(), static_cast<uint64_t>(more), model_.memory_limit,
+             "a batch of " + std::to_string(rows) + " rows (activations and their gradients, " +
+                 format_bytes(4.0 * double(activation_floats_)) + " a row; the largest output is " + at->layer->path + " (" +
+                 at->layer->type + " '" + at->layer->name + "') with " + std::to_string(largest) + " floats a row)");
+}
+
 void Group::set_threads_per_device(int threads) {
   if (threads < 1 || threads > 256) fail(DP_ERR_INVALID_ARGUMENT, "threads per device must be in [1, 256], got " + std::to_string(threads));
   if (on_gpus()) return;  // a GPU replica's work is on its GPU
   engine_->set_threads_per_device(threads);
-  have_forward_ = false;  // new replicas hold no forward
+  have_forward_ = false;  // new replicas hold no forward, and no activations
+  seen_split_.clear();
 }
 
 void Group::set_allow_tf32(bool allow) { engine_->set_allow_tf32(allow); }
@@ -128,6 +164,7 @@ void Group::check_job(Job job, const Tensor& input, const Tensor* target) {
   try {
     check_input(input);
     if (target) check_target(*target, input.shape()[0]);
+    check_activations(input.shape()[0]);
   } catch (const Error&) {
     if (procs_) {
       try {
@@ -216,7 +253,14 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
   plan.grad_output = grad_output;
   plan.output = output;
   plan.opt = opt;
+  // A replica given more rows than ever before allocates during the step:
+  // the engine then updates nothing until every replica is done, so that a
+  // failed allocation leaves parameters and optimizer state as they were.
+  seen_split_.resize(split_.size() > seen_split_.size() ? split_.size() : seen_split_.size(), 0);
+  for (size_t r = 0; r < split_.size(); ++r) plan.grows = plan.grows || split_[r] > seen_split_[r];
   engine_->run(plan);
+  for (size_t r = 0; r < split_.size(); ++r) seen_split_[r] = std::max(seen_split_[r], split_[r]);
+  if (job != Job::kBackward) seen_rows_ = std::max(seen_rows_, input->shape()[0]);
 }
 
 void Group::forward(const Tensor& input, Tensor& output) {

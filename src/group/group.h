@@ -44,6 +44,10 @@ class Group {
   void comm_seconds(double* busy, double* exposed) const { engine_->comm_seconds(busy, exposed); }
   Model& model() { return model_; }
   const std::vector<int64_t>& last_split() const { return split_; }
+  // Host memory this group holds beside the model's arrays (its replicas'
+  // gradients and statistics, and the activations of the largest batch so
+  // far, estimated): what an optimizer's check counts as taken.
+  uint64_t held_bytes() const;
 
   void set_split(SplitMode mode) { mode_ = mode; }
   SplitMode split_mode() const { return mode_; }
@@ -88,6 +92,9 @@ class Group {
   // The checks of a job's tensors; with processes, a refusal reaches every
   // process (so that none waits for the others' step).
   void check_job(Job job, const Tensor& input, const Tensor* target);
+  // A batch of more rows than any before needs more activation memory:
+  // estimated and checked (DP_ERR_OUT_OF_MEMORY) before the step allocates it.
+  void check_activations(int64_t rows);
 
   Model& model_;
   std::vector<int> gpu_ordinals_;  // before devices_: parsing fills both
@@ -108,6 +115,12 @@ class Group {
   std::vector<const float*> stat_ptrs_;
   Shape last_output_shape_;
   bool have_forward_ = false;
+  // The most rows this process, and each of its replicas, ran so far: a
+  // step beyond them allocates (checked first, and applied only at its end).
+  int64_t seen_rows_ = 0;
+  std::vector<int64_t> seen_split_;
+  uint64_t replica_bytes_ = 0;   // the replicas' gradients and statistics (CPU)
+  int64_t activation_floats_ = 0;  // per sample: every layer's output, and its gradient
 };
 
 }  // namespace dp

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/args.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -165,7 +166,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
     } catch (const json::exception& e) {
       fail(DP_ERR_JSON, std::string("user_metadata_json: ") + e.what());
     }
-    if (!user.is_object()) fail(DP_ERR_INVALID_ARGUMENT, "user_metadata_json must be a JSON object, got " + user.dump());
+    if (!user.is_object()) fail(DP_ERR_INVALID_ARGUMENT, "user_metadata_json must be a JSON object, got " + json_brief(user));
     for (auto it = user.begin(); it != user.end(); ++it) {
       for (const char* r : kReserved)
         if (it.key() == r)

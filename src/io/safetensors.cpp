@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/args.h"
 #include "core/error.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -54,14 +55,14 @@ void read_exact(FILE* f, void* dst, size_t n, const std::string& path, const cha
 uint64_t get_uint(const json& v, const std::string& where) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
-  fail(DP_ERR_IO, where + " must be a non-negative integer, got " + v.dump());
+  fail(DP_ERR_IO, where + " must be a non-negative integer, got " + json_brief(v));
 }
 
 // One header entry, checked on its own: known dtype, valid shape, offsets
 // whose span is exactly the tensor's byte count.
 StEntry parse_entry(const std::string& path, const std::string& name, const json& v) {
   std::string where = path + ": tensor '" + name + "'";
-  if (!v.is_object()) fail(DP_ERR_IO, where + ": expected an object with dtype, shape and data_offsets, got " + v.dump());
+  if (!v.is_object()) fail(DP_ERR_IO, where + ": expected an object with dtype, shape and data_offsets, got " + json_brief(v));
   for (auto it = v.begin(); it != v.end(); ++it)
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
       fail(DP_ERR_IO, where + ": unknown field '" + it.key() + "' (expected dtype, shape, data_offsets)");
@@ -76,7 +77,7 @@ StEntry parse_entry(const std::string& path, const std::string& name, const json
   for (const json& d : v["shape"]) {
     uint64_t n = get_uint(d, where + ": shape entries");
     if (n > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, n, &numel))
-      fail(DP_ERR_IO, where + ": shape " + v["shape"].dump() + " is too large");
+      fail(DP_ERR_IO, where + ": shape " + json_brief(v["shape"]) + " is too large");
     e.shape.push_back(static_cast<int64_t>(n));
   }
   const json* off = v.contains("data_offsets") ? &v["data_offsets"] : nullptr;
@@ -165,7 +166,7 @@ StFile read_safetensors(const std::string& path, bool with_data) {
       if (!it.value().is_object()) fail(DP_ERR_IO, path + ": __metadata__ must be an object of strings");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         if (!m.value().is_string())
-          fail(DP_ERR_IO, path + ": __metadata__ value of '" + m.key() + "' must be a string, got " + m.value().dump());
+          fail(DP_ERR_IO, path + ": __metadata__ value of '" + m.key() + "' must be a string, got " + json_brief(m.value()));
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;

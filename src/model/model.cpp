@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/memory.h"
 #include "core/rng.h"
 
 namespace dp {
@@ -34,7 +35,7 @@ static std::vector<int> resolve_inputs(const json& spec, const std::string& path
   if (!in.is_array() || in.empty()) fail(DP_ERR_MODEL, p + ": expected a non-empty list of layer names");
   std::vector<int> out;
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!in[i].is_string()) fail(DP_ERR_MODEL, p + "/" + std::to_string(i) + ": expected a layer name, got " + in[i].dump());
+    if (!in[i].is_string()) fail(DP_ERR_MODEL, p + "/" + std::to_string(i) + ": expected a layer name, got " + json_brief(in[i]));
     auto it = names.find(in[i].get<std::string>());
     if (it == names.end()) {
       std::string known = "input";
@@ -49,11 +50,11 @@ static std::vector<int> resolve_inputs(const json& spec, const std::string& path
 }
 
 std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::string& text,
-                                        const PluginHook& load_plugin) {
+                                        const PluginHook& load_plugin, uint64_t memory_limit) {
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     fail(DP_ERR_JSON, std::string("model JSON: ") + e.what());
   }
   auto model = std::make_unique<Model>();
@@ -70,11 +71,11 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   if (doc.contains("plugins")) {
     top.accept("plugins");
     const json& list = doc["plugins"];
-    if (!list.is_array()) fail(DP_ERR_MODEL, "/plugins: expected a list of plugin paths or names, got " + list.dump());
+    if (!list.is_array()) fail(DP_ERR_MODEL, "/plugins: expected a list of plugin paths or names, got " + json_brief(list));
     for (size_t i = 0; i < list.size(); ++i) {
       std::string p = "/plugins/" + std::to_string(i);
       if (!list[i].is_string() || list[i].get<std::string>().empty())
-        fail(DP_ERR_MODEL, p + ": expected a plugin path or name, got " + list[i].dump());
+        fail(DP_ERR_MODEL, p + ": expected a plugin path or name, got " + json_brief(list[i]));
       if (!load_plugin) fail(DP_ERR_PLUGIN, p + ": plugins cannot be loaded here (build the model through a dp_context)");
       try {
         load_plugin(list[i].get<std::string>(), p);
@@ -93,6 +94,7 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
       if (shape[i] < 1) fail(DP_ERR_MODEL, "/input/shape/" + std::to_string(i) + ": expected a positive integer, got " + std::to_string(shape[i]));
     if (shape.size() >= DP_MAX_DIMS) fail(DP_ERR_MODEL, "/input/shape: at most " + std::to_string(DP_MAX_DIMS - 1) + " dimensions per sample");
     for (int64_t v : shape) model->input_shape.push(v);
+    model->input_shape.checked_numel("/input/shape");
     std::string dtype = input.string("dtype", "float32");
     if (dtype != "float32") fail(DP_ERR_MODEL, "/input/dtype: expected \"float32\", got \"" + dtype + "\"");
     input.finish("input");
@@ -119,7 +121,7 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     std::string name = std::to_string(i);
     if (spec.contains("name")) {
       if (!spec["name"].is_string() || spec["name"].get<std::string>().empty())
-        fail(DP_ERR_MODEL, path + "/name: expected a non-empty string, got " + spec["name"].dump());
+        fail(DP_ERR_MODEL, path + "/name: expected a non-empty string, got " + json_brief(spec["name"]));
       name = spec["name"].get<std::string>();
     }
     if (names.count(name))
@@ -157,9 +159,36 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     }
     if (node.out_shape.ndim >= DP_MAX_DIMS)
       fail(DP_ERR_SHAPE, describe(node) + ": output has too many dimensions");
+    node.out_shape.checked_numel(describe(node) + ": output");
     names[name] = static_cast<int>(i);
     model->nodes.push_back(std::move(node));
   }
+
+  // Sizes first, overflow-checked, and the memory they take (parameters,
+  // gradients, buffers) against the limit, before anything is allocated.
+  int64_t n_params = 0, n_buffers = 0, largest = 0;
+  const Node* largest_node = nullptr;
+  for (const auto& node : model->nodes) {
+    int64_t mine = 0;
+    for (const TensorSpec& s : node.layer->params())
+      mine = checked_add(mine, s.shape.checked_numel(describe(node) + " parameter '" + s.suffix + "'"), describe(node));
+    for (const TensorSpec& s : node.layer->buffers())
+      n_buffers = checked_add(n_buffers, s.shape.checked_numel(describe(node) + " buffer '" + s.suffix + "'"), describe(node));
+    n_params = checked_add(n_params, mine, "the model's parameters");
+    if (mine > largest || !largest_node) {
+      largest = mine;
+      largest_node = &node;
+    }
+  }
+  const int64_t floats = checked_add(checked_mul(n_params, 2, "the model's parameters and gradients"), n_buffers,
+                                     "the model's parameters, gradients and buffers");
+  check_fits(0, static_cast<uint64_t>(checked_mul(floats, 4, "the model's bytes")), memory_limit,
+             "the model (" + std::to_string(n_params) + " parameters, their gradients and " + std::to_string(n_buffers) +
+                 " buffer floats; the largest layer is " + describe(*largest_node) + " with " + std::to_string(largest) +
+                 " parameters, " + format_bytes(8.0 * double(largest)) + " with gradients)");
+  model->memory_limit = memory_limit;
+  model->params_.reserve(static_cast<size_t>(n_params));
+  model->buffers_.reserve(static_cast<size_t>(n_buffers));
 
   // Flat parameter and buffer arrays, initialised from the seed: parameter k
   // draws from its own stream, so adding a layer never shifts the others.

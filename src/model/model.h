@@ -52,9 +52,12 @@ class Model {
   using PluginHook = std::function<void(const std::string& entry, const std::string& json_path)>;
 
   // Throws dp::Error (DP_ERR_JSON, DP_ERR_MODEL, DP_ERR_SHAPE, DP_ERR_PLUGIN)
-  // naming the JSON path. Without a hook, a "plugins" key is an error.
+  // naming the JSON path. Without a hook, a "plugins" key is an error. A model
+  // whose parameters, gradients and buffers would not fit in memory_limit
+  // bytes (0: the machine's available memory) is refused before anything is
+  // allocated (DP_ERR_OUT_OF_MEMORY, naming the largest layer).
   static std::unique_ptr<Model> from_json(const Registry& registry, const std::string& text,
-                                          const PluginHook& load_plugin = nullptr);
+                                          const PluginHook& load_plugin = nullptr, uint64_t memory_limit = 0);
 
   uint64_t seed = 0;
   Shape input_shape;  // per sample
@@ -65,6 +68,11 @@ class Model {
   std::string description;  // the JSON text, as given
 
   std::vector<NamedTensor> param_info, buffer_info;
+  // What groups, optimizers and batches built on this model may take, with
+  // the model's own arrays (0: the machine's available memory); and the
+  // bytes of those arrays.
+  uint64_t memory_limit = 0;
+  uint64_t held_bytes() const { return 4 * static_cast<uint64_t>(2 * params_.size() + buffers_.size()); }
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
 
   const Shape& output_shape() const { return nodes.back().out_shape; }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/args.h"
+#include "core/memory.h"
 #include "optim/rules.h"
 
 namespace dp {
@@ -24,12 +25,22 @@ void Optimizer::step(float* params, const float* grads, int64_t n, Workers* pool
 
 namespace {
 
+// Where an optimizer sizes its state: `slots` floats per parameter, checked first.
+struct StateBudget {
+  uint64_t limit, held;
+  void check(const std::string& type, int slots, int64_t n) const {
+    const int64_t bytes = checked_mul(checked_mul(n, slots, "optimizer state"), 4, "optimizer state");
+    check_fits(held, static_cast<uint64_t>(bytes), limit,
+               "the " + type + " optimizer's state (" + std::to_string(slots) + " x " + std::to_string(n) + " floats)");
+  }
+};
+
 // torch.optim.SGD: d = g + wd*p; with momentum, buf = d on the first step,
 // else momentum*buf + (1-dampening)*d, and d = nesterov ? d + momentum*buf : buf;
 // p -= lr*d. One branch-free loop per case, so each vectorises.
 class Sgd : public Optimizer {
  public:
-  Sgd(Args& a, int64_t n) {
+  Sgd(Args& a, int64_t n, const StateBudget& budget) {
     lr = a.number("lr", 1e-3, 0, INFINITY);
     momentum_ = a.number("momentum", 0, 0, INFINITY);
     dampening_ = a.number("dampening", 0, -INFINITY, INFINITY);
@@ -37,7 +48,10 @@ class Sgd : public Optimizer {
     nesterov_ = a.boolean("nesterov", false);
     if (nesterov_ && (momentum_ <= 0 || dampening_ != 0))
       fail(DP_ERR_MODEL, a.path_of("nesterov") + ": Nesterov momentum requires a momentum > 0 and zero dampening");
-    if (momentum_ > 0) buf_.assign(n, 0.0f);
+    if (momentum_ > 0) {
+      budget.check("sgd", 1, n);
+      buf_.assign(n, 0.0f);
+    }
   }
 
   OptimRule rule() const override {
@@ -90,7 +104,7 @@ class Sgd : public Optimizer {
 // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
 class Adam : public Optimizer {
  public:
-  Adam(Args& a, int64_t n, bool decoupled) : decoupled_(decoupled) {
+  Adam(Args& a, int64_t n, bool decoupled, const StateBudget& budget) : decoupled_(decoupled) {
     lr = a.number("lr", 1e-3, 0, INFINITY);
     auto betas = a.numbers("betas", {0.9, 0.999}, 2, 0, 0.999999999);
     beta1_ = betas[0];
@@ -98,6 +112,7 @@ class Adam : public Optimizer {
     eps_ = a.number("eps", 1e-8, 0, INFINITY);
     weight_decay_ = a.number("weight_decay", decoupled ? 1e-2 : 0, 0, INFINITY);
     if (a.boolean("amsgrad", false)) fail(DP_ERR_MODEL, a.path_of("amsgrad") + ": amsgrad is not supported");
+    budget.check(type(), 2, n);
     m_.assign(n, 0.0f);
     v_.assign(n, 0.0f);
   }
@@ -143,20 +158,21 @@ class Adam : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t n) {
+std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t n, uint64_t memory_limit, uint64_t held) {
+  const StateBudget budget{memory_limit, held};
   json doc;
   try {
     doc = json::parse(text, nullptr, true, true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     fail(DP_ERR_JSON, std::string("optimizer JSON: ") + e.what());
   }
   Args a(doc, "");
   std::string type = a.string("type", "");
   std::unique_ptr<Optimizer> opt;
   if (type == "sgd")
-    opt = std::make_unique<Sgd>(a, n);
+    opt = std::make_unique<Sgd>(a, n, budget);
   else if (type == "adam" || type == "adamw")
-    opt = std::make_unique<Adam>(a, n, type == "adamw");
+    opt = std::make_unique<Adam>(a, n, type == "adamw", budget);
   else
     fail(DP_ERR_MODEL, "/type: unknown optimizer '" + type + "' (known: adam, adamw, sgd)");
   a.finish(type);

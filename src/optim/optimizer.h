@@ -18,7 +18,11 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // {"type": "sgd" | "adam" | "adamw", ...}; throws DP_ERR_JSON / DP_ERR_MODEL with the JSON path.
-  static std::unique_ptr<Optimizer> from_json(const std::string& text, int64_t num_params);
+  // State that would not fit (core/memory.h's check_fits: `held` bytes taken
+  // already, `memory_limit`, 0 for the machine's available memory) is
+  // refused with DP_ERR_OUT_OF_MEMORY before it is allocated.
+  static std::unique_ptr<Optimizer> from_json(const std::string& text, int64_t num_params, uint64_t memory_limit = 0,
+                                              uint64_t held = 0);
 
   // Counts the step and computes what is shared by all elements (bias corrections).
   virtual void begin_step() { ++steps; }

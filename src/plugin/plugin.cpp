@@ -273,15 +273,34 @@ dp_plugin_shape shape_of(const Shape& s) {
   return p;
 }
 
+// Whether v nests more than `levels` containers deep (bounded recursion).
+static bool nested_deeper(const nlohmann::json& v, int levels) {
+  if (!v.is_structured()) return false;
+  if (levels == 0) return true;
+  for (const auto& e : v)
+    if (nested_deeper(e, levels - 1)) return true;
+  return false;
+}
+
 // A plugin's layer, as every other layer.
 class PluginLayer : public Layer {
+  static constexpr int kMaxDepth = 64;
+
  public:
   PluginLayer(std::shared_ptr<const PluginTypeHolder> type, Args& args) : type_(std::move(type)) {
     dp_plugin_args a;
     a.args = &args;
+    // The text args_json hands the plugin: json::dump recurses once per level.
+    if (nested_deeper(args.object(), kMaxDepth))
+      fail(DP_ERR_MODEL, args.path() + " (" + type_->name + "): nested deeper than " + std::to_string(kMaxDepth) + " levels");
     a.json = args.object().dump();
     char err[1024] = "";
     int rc = type_->t.create(type_->t.user, &a, &instance_, err, sizeof err);
+    if (rc != 0 || !a.error.empty()) {
+      // The constructor throws, so ~PluginLayer will not destroy what create made.
+      if (instance_ && type_->t.destroy) type_->t.destroy(instance_);
+      instance_ = nullptr;
+    }
     if (!a.error.empty()) fail(DP_ERR_MODEL, a.error);  // path-named by Args
     if (rc != 0) fail(DP_ERR_MODEL, args.path() + " (" + type_->name + "): " + message(err, "create failed"));
   }
@@ -414,7 +433,7 @@ std::string join(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried) {
+std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried, bool search_base) {
   std::vector<std::string> candidates;
   if (entry.find('/') != std::string::npos) {
     candidates.push_back(entry[0] == '/' ? entry : join(base_dir, entry));
@@ -430,7 +449,7 @@ std::string resolve_plugin_path(const std::string& entry, const std::string& bas
         pos = c + 1;
       }
     }
-    dirs.push_back(base_dir.empty() ? "." : base_dir);
+    if (search_base) dirs.push_back(base_dir.empty() ? "." : base_dir);
     for (const auto& d : dirs)
       for (const std::string& n : {entry, entry + ".so", "lib" + entry + ".so"}) candidates.push_back(join(d, n));
   }
@@ -443,15 +462,30 @@ std::string resolve_plugin_path(const std::string& entry, const std::string& bas
   return "";
 }
 
-void Plugins::load(Registry& registry, const std::string& entry, const std::string& base_dir) {
+void Plugins::load(Registry& registry, const std::string& entry, const std::string& base_dir, Trust trust) {
+  const bool by_path = entry.find('/') != std::string::npos;
   std::string tried;
-  std::string found = resolve_plugin_path(entry, base_dir, &tried);
+  std::string found = resolve_plugin_path(entry, base_dir, &tried, trust != Trust::kInstalledOnly);
+  if (found.empty() && !by_path)  // a bare name may be a library already loaded from elsewhere
+    for (const auto& lib : libs_) {
+      const std::string file = lib->path.substr(lib->path.rfind('/') + 1);
+      if (file == entry || file == entry + ".so" || file == "lib" + entry + ".so") return;
+    }
   if (found.empty())
-    fail(DP_ERR_PLUGIN, "plugin '" + entry + "' not found (looked for: " + tried + "; bare names are searched in DP_PLUGIN_PATH)");
+    fail(DP_ERR_PLUGIN, "plugin '" + entry + "' not found (looked for: " + (tried.empty() ? "DP_PLUGIN_PATH is not set" : tried) +
+                            "; bare names are searched in DP_PLUGIN_PATH" +
+                            (trust == Trust::kInstalledOnly && !by_path ? " only, for a model's \"plugins\"" : "") + ")");
   char real[PATH_MAX];
   std::string path = realpath(found.c_str(), real) ? std::string(real) : found;
   for (const auto& lib : libs_)
     if (lib->path == path) return;  // already loaded: a no-op
+  // A model file is data: it names code by path only when the program allows.
+  if (trust == Trust::kInstalledOnly && by_path)
+    fail(DP_ERR_PLUGIN, "the model names the plugin library '" + entry +
+                            "' by path, and a model file loads no code unless the program allows it: load the plugin "
+                            "first (dp_context_load_plugin, dp --plugin), or install it in a DP_PLUGIN_PATH directory and "
+                            "name it bare, or allow model files to load libraries (DP_CONTEXT_ALLOW_MODEL_PLUGINS, "
+                            "dp --allow-model-plugins) if you trust this one");
 
   auto lib = std::make_shared<PluginLib>();
   lib->path = path;

@@ -35,7 +35,13 @@ class Plugins {
   // missing or not loadable, lacks dp_plugin_init, asks for a host API
   // version this host lacks, registers a type name already known, or its
   // init fails.
-  void load(Registry& registry, const std::string& entry, const std::string& base_dir);
+  //
+  // Trust: kAny for the program's own calls; kInstalledOnly for a model's
+  // "plugins" list (a model file is data): a bare name is searched in
+  // DP_PLUGIN_PATH only, and a path loads nothing new (a library already
+  // loaded is still a no-op) unless the program allowed it (kAny).
+  enum class Trust { kAny, kInstalledOnly };
+  void load(Registry& registry, const std::string& entry, const std::string& base_dir, Trust trust = Trust::kAny);
 
   const std::vector<Info>& info() const { return info_; }
 
@@ -46,7 +52,9 @@ class Plugins {
 };
 
 // Where load() would look for entry: the file it finds, or "" (with the
-// places tried in *tried).
-std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried);
+// places tried in *tried). search_base: a bare name is also looked for in
+// base_dir, after DP_PLUGIN_PATH.
+std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried,
+                                bool search_base = true);
 
 }  // namespace dp

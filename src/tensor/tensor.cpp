@@ -3,6 +3,8 @@
 #include <cstring>
 #include <new>
 
+#include "core/memory.h"
+
 namespace dp {
 
 // 64-byte alignment: a cache line, and what AVX-512 loads prefer.
@@ -51,11 +53,21 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
 
 void Tensor::resize(dp_dtype dtype, const Shape& shape) {
   if (is_view()) fail(DP_ERR_INTERNAL, "resize of a tensor view");
-  size_t need = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  size_t need = static_cast<size_t>(shape.checked_numel("tensor")) * dtype_size(dtype);
   if (need > capacity_ || ptr_ == nullptr) {
+    // More than the machine has can only fail, or be killed later: refuse it
+    // before asking (a sanitizer's allocator would abort instead).
+    if (!alloc_ && need > physical_memory())
+      fail(DP_ERR_OUT_OF_MEMORY, "a tensor of shape " + shape.str() + " needs " + format_bytes(double(need)) +
+                                     ", more than the machine's memory (" + format_bytes(double(physical_memory())) + ")");
     release();
     if (need == 0) need = 1;  // a real pointer, even for an empty tensor
-    ptr_ = alloc_ ? alloc_->allocate(need) : ::operator new(need, kAlign);
+    try {
+      ptr_ = alloc_ ? alloc_->allocate(need) : ::operator new(need, kAlign);
+    } catch (...) {
+      shape_ = Shape{0};  // no storage: an empty tensor, not a stale shape
+      throw;
+    }
     capacity_ = need;
   }
   dtype_ = dtype;

@@ -168,6 +168,11 @@ TEST_CASE("loader: config errors name the key") {
   dp_dataset* ds = index_dataset(f.ctx, 10);
   dp_loader* l = nullptr;
   CHECK_FAILS(dp_loader_create(ds, "{\"batch_size\": ", &l), DP_ERR_JSON, "loader JSON");
+  CHECK_FAILS(dp_loader_create(ds, R"({"batch_size": 1e999})", &l), DP_ERR_JSON, "loader JSON", "number overflow");
+  // Found by tests/fuzz: quoting a value nested 200000 deep overflowed the stack.
+  const std::string deep = "{\"batch_size\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  CHECK_FAILS(dp_loader_create(ds, deep.c_str(), &l), DP_ERR_MODEL,
+              "/batch_size: expected a positive integer, got [[[[[[[[[...]]]]]]]]]");
   CHECK_FAILS(dp_loader_create(ds, R"({"batch_size": 0})", &l), DP_ERR_MODEL,
               "/batch_size: expected a positive integer, got 0");
   CHECK_FAILS(dp_loader_create(ds, R"({"batch_size": 2, "shuffle": 1})", &l), DP_ERR_MODEL, "/shuffle: expected true or false");

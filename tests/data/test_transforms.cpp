@@ -88,6 +88,10 @@ TEST_CASE("transform: bad configs name the JSON path and change nothing") {
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": 1.5})"), DP_ERR_MODEL, "/horizontal_flip");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"vertical_flip": 0.5})"), DP_ERR_MODEL, "/vertical_flip: unknown key");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": )"), DP_ERR_JSON, "transform JSON");
+  // Found by tests/fuzz: a number beyond double, a padding whose double overflows.
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": 1e999})"), DP_ERR_JSON, "transform JSON", "number overflow");
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"random_crop": {"size": 3, "padding": 4611686018427387904}})"),
+              DP_ERR_MODEL, "/random_crop/padding: 4611686018427387904 is too large");
   // The flip set first is still in force: every image mirrored.
   dp_loader* l = loader(ds, R"({"batch_size": 2})");
   int64_t rows = 0;
@@ -106,6 +110,14 @@ TEST_CASE("transform: bad configs name the JSON path and change nothing") {
   CHECK_FAILS(dp_dataset_set_transform(flat, R"({"horizontal_flip": 0.5})"), DP_ERR_MODEL, "/horizontal_flip", "2 dims");
   DP_REQUIRE_OK(dp_dataset_set_transform(flat, R"({"normalize": {"mean": [1, 2, 3, 4], "std": [1, 1, 1, 1]}})"));
   dp_dataset_destroy(flat);
+  // (H, W) samples: normalize follows the crop, so its channels are the cropped rows.
+  int64_t hw_shape[2] = {2, 4};
+  dp_dataset* hw = nullptr;
+  DP_REQUIRE_OK(dp_dataset_from_arrays(f.ctx, in, 2, hw_shape, 1, DP_I64, tg, 0, nullptr, 0, &hw));
+  CHECK_FAILS(dp_dataset_set_transform(hw, R"({"random_crop": {"size": 1}, "normalize": {"mean": [0, 0], "std": [1, 1]}})"),
+              DP_ERR_MODEL, "/normalize/mean: expected a list of 1 numbers");
+  DP_REQUIRE_OK(dp_dataset_set_transform(hw, R"({"random_crop": {"size": 1}, "normalize": {"mean": [0], "std": [1]}})"));
+  dp_dataset_destroy(hw);
   dp_dataset_destroy(ds);
 }
 

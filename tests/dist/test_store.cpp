@@ -23,6 +23,10 @@ RankFn rank_fn(int rank, int world, int port, double timeout_s) {
     store.set("hello/" + std::to_string(rank), std::to_string(rank * 10));
     auto v = store.get({"hello/0"}, c.timeout_s);
     if (v[0] != "0") throw std::runtime_error("hello/0 is '" + v[0] + "'");
+    // Rank 0's store leaves with it: it waits until every rank has read.
+    store.set("read/" + std::to_string(rank), "1");
+    if (rank == 0)
+      for (int r = 1; r < c.world_size; ++r) store.get({"read/" + std::to_string(r)}, c.timeout_s);
     return std::string();
   });
 }

@@ -415,6 +415,12 @@ TEST_CASE("weights: damaged files are rejected with the file and the fault named
     write_bytes(path, le64_bytes(h.size()) + h + parts.data);
     rejects(tr, load, DP_ERR_IO, {path, "not a JSON object"});
   }
+  SUBCASE("a value nested 200000 deep (found by tests/fuzz: quoting it overflowed the stack)") {
+    std::string h = "{\"0.weight\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+    h.append((8 - h.size() % 8) % 8, ' ');
+    write_bytes(path, le64_bytes(h.size()) + h + parts.data);
+    rejects(tr, load, DP_ERR_IO, {path, "tensor '0.weight': expected an object", "got [[[[[[[[[...]]]]]]]]]"});
+  }
   SUBCASE("a name given twice") {
     std::string h = parts.header.dump();
     std::string dup = "\"0.bias\":" + parts.header["0.bias"].dump() + ",";

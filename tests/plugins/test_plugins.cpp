@@ -173,30 +173,66 @@ TEST_CASE("plugins: a callback's error during training reaches dp_group_train_st
   dp_model_destroy(m);
 }
 
-TEST_CASE("plugins: the model JSON's \"plugins\", relative to the file, and DP_PLUGIN_PATH") {
+TEST_CASE("plugins: a model file loads no code unless allowed: \"plugins\" by path, bare names, DP_PLUGIN_PATH") {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("dp_plugins_" + std::to_string(getpid()));
   fs::create_directories(dir / "sub" / "libs");
   fs::copy_file(PLUGIN_SWISH, dir / "sub" / "libs" / "swish.so", fs::copy_options::overwrite_existing);
+  fs::copy_file(PLUGIN_SWISH, dir / "sub" / "swish.so", fs::copy_options::overwrite_existing);
   std::string json = R"({"plugins": ["./libs/swish.so", "rms_norm"], "input": {"shape": [4]},
     "layers": [{"type": "swish"}, {"type": "rms_norm"}]})";
   std::ofstream(dir / "sub" / "model.json") << json;
+  std::ofstream(dir / "sub" / "bare.json") << R"({"plugins": ["swish"], "input": {"shape": [4]}, "layers": [{"type": "swish"}]})";
+  const std::string model = (dir / "sub" / "model.json").string(), bare = (dir / "sub" / "bare.json").string();
+  unsetenv("DP_PLUGIN_PATH");
+  dp_model* m = nullptr;
   {
+    // By default a path in a model file is refused, though the file exists;
+    // nothing is loaded.
     Ctx c;
+    require_error(dp_model_from_file(c.ctx, model.c_str(), &m), DP_ERR_PLUGIN,
+                  {"model.json: /plugins/0", "names the plugin library './libs/swish.so' by path",
+                   "DP_CONTEXT_ALLOW_MODEL_PLUGINS", "--allow-model-plugins"});
+    CHECK(c.count() == 0);
+    CHECK(m == nullptr);
+    // A bare name is looked for in DP_PLUGIN_PATH only, not next to the model.
+    require_error(dp_model_from_file(c.ctx, bare.c_str(), &m), DP_ERR_PLUGIN,
+                  {"/plugins/0: plugin 'swish' not found", "DP_PLUGIN_PATH is not set"});
+    setenv("DP_PLUGIN_PATH", (dir / "sub" / "libs").c_str(), 1);
+    DP_REQUIRE_OK(dp_model_from_file(c.ctx, bare.c_str(), &m));
+    dp_model_destroy(m);
+    CHECK(c.count() == 1);
     unsetenv("DP_PLUGIN_PATH");
-    dp_model* m = nullptr;
-    require_error(dp_model_from_file(c.ctx, (dir / "sub" / "model.json").c_str(), &m), DP_ERR_PLUGIN,
+    // A library the program loaded may be named by path: nothing new loads.
+    Ctx p;
+    DP_REQUIRE_OK(dp_context_load_plugin(p.ctx, (dir / "sub" / "libs" / "swish.so").c_str()));
+    DP_REQUIRE_OK(dp_context_load_plugin(p.ctx, PLUGIN_RMS_NORM));
+    DP_REQUIRE_OK(dp_model_from_file(p.ctx, model.c_str(), &m));
+    dp_model_destroy(m);
+    CHECK(p.count() == 2);
+  }
+  {
+    // Allowed by the program: paths relative to the file, bare names in
+    // DP_PLUGIN_PATH then next to the model.
+    Ctx c;
+    REQUIRE(dp_context_set_option(c.ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, 2) == DP_ERR_INVALID_ARGUMENT);
+    DP_REQUIRE_OK(dp_context_set_option(c.ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, 1));
+    require_error(dp_model_from_file(c.ctx, model.c_str(), &m), DP_ERR_PLUGIN,
                   {"model.json: /plugins/1: plugin 'rms_norm' not found"});
     setenv("DP_PLUGIN_PATH", ("/nonexistent:" + std::string(PLUGINS_BUILD_DIR)).c_str(), 1);
-    DP_REQUIRE_OK(dp_model_from_file(c.ctx, (dir / "sub" / "model.json").c_str(), &m));
+    DP_REQUIRE_OK(dp_model_from_file(c.ctx, model.c_str(), &m));
     CHECK(c.count() == 2);
+    dp_model_destroy(m);
+    unsetenv("DP_PLUGIN_PATH");
+    Ctx b;
+    DP_REQUIRE_OK(dp_context_set_option(b.ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, 1));
+    DP_REQUIRE_OK(dp_model_from_file(b.ctx, bare.c_str(), &m));
     dp_model_destroy(m);
     // dp_model_from_json: relative to the current directory.
     require_error(c.build(R"({"plugins": ["./libs/nothing.so"], "input": {"shape": [4]}, "layers": [{"type": "relu"}]})"),
                   DP_ERR_PLUGIN, {"/plugins/0", "./libs/nothing.so"});
     require_error(c.build(R"({"plugins": [3], "input": {"shape": [4]}, "layers": [{"type": "relu"}]})"), DP_ERR_MODEL,
                   {"/plugins/0: expected a plugin path"});
-    unsetenv("DP_PLUGIN_PATH");
   }
   fs::remove_all(dir);
 }
@@ -370,6 +406,7 @@ TEST_CASE("plugins: checkpoints hold plugin parameters and buffers") {
   std::vector<float> saved_p, saved_b;
   {
     Ctx c;
+    DP_REQUIRE_OK(dp_context_set_option(c.ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, 1));  // absolute paths in the JSON
     dp_model* m = nullptr;
     DP_REQUIRE_OK(dp_model_from_json(c.ctx, json.c_str(), &m));
     int nt = 0;
@@ -401,6 +438,8 @@ TEST_CASE("plugins: checkpoints hold plugin parameters and buffers") {
   }
   {
     Ctx c;
+    DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, PLUGIN_SWISH));  // loaded by the program: the JSON's paths load nothing
+    DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, PLUGIN_RMS_NORM));
     dp_model* m = nullptr;
     DP_REQUIRE_OK(dp_model_from_json(c.ctx, json.c_str(), &m));
     dp_group* g = nullptr;

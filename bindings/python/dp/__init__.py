@@ -26,7 +26,9 @@ Tensor.__dlpack__ view the dp tensor's (the array keeps the tensor alive).
 from . import _lib
 # dp.IOError shadows the builtin here as before; it is not in __all__, so `from dp import *` keeps the builtin.
 from ._errors import (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError,
-                      NumericError, OutOfMemoryError, PluginError, InternalError, CommError)
+                      NumericError, OutOfMemoryError, PluginError, InternalError, CommError, ArgumentTypeError,
+                      ClosedError, OutOfRangeError, UnknownKeyError, DLPackError, UnsupportedError,
+                      MissingDependencyError)
 from ._context import Context, default_context, load_plugin, version, device_count, device_count_why, device_name
 from ._tensor import HAVE_ZERO_COPY, Tensor, tensor, zeros, from_numpy, as_tensor, from_dlpack
 from ._model import Model, DataParallel, Group
@@ -37,8 +39,10 @@ from ._distributed import (ProcessGroup, DistributedDataParallel, init_process_g
                            get_world_size, get_local_rank, barrier, destroy_process_group)
 
 __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeError', 'DeviceError', 'NumericError',
-           'OutOfMemoryError', 'PluginError', 'InternalError', 'CommError', 'Context', 'default_context', 'load_plugin',
-           'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy', 'as_tensor', 'from_dlpack', 'DataParallel', 'Group',
+           'OutOfMemoryError', 'PluginError', 'InternalError', 'CommError', 'ArgumentTypeError', 'ClosedError',
+           'OutOfRangeError', 'UnknownKeyError', 'DLPackError', 'UnsupportedError', 'MissingDependencyError',
+           'Context', 'default_context', 'load_plugin', 'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy',
+           'as_tensor', 'from_dlpack', 'DataParallel', 'Group',
            'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
            'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path', 'ProcessGroup',
            'DistributedDataParallel', 'init_process_group', 'is_initialized', 'get_rank', 'get_world_size',
@@ -51,6 +55,7 @@ __version__ = version()
 # The exceptions keep dp as their module, as when they were defined here:
 # tracebacks read "dp.ModelError: ...", and pickles name dp.ModelError.
 for _cls in (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError, NumericError,
-             OutOfMemoryError, PluginError, InternalError, CommError):
+             OutOfMemoryError, PluginError, InternalError, CommError, ArgumentTypeError, ClosedError, OutOfRangeError,
+             UnknownKeyError, DLPackError, UnsupportedError, MissingDependencyError):
     _cls.__module__ = __name__
 del _cls

@@ -10,10 +10,11 @@ import weakref
 
 from . import _lib
 from ._context import _ctx
-from ._errors import Error, _check
+from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentError, OutOfRangeError, ShapeError,
+                      _check)
 from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
-from ._util import _destroy, _json_text, _np, _path, _shape_in, _shape_out
+from ._util import _converting, _destroy, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
 def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
@@ -26,14 +27,14 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
             x, y = fn(index)
             xa = np.ascontiguousarray(x, dtype=np.float32)
             if xa.size != n_in:
-                raise ValueError(f'input has {xa.size} values, the sample shape {list(sample_shape)} {n_in}')
+                raise ShapeError(f'input has {xa.size} values; the sample shape {list(sample_shape)} has {n_in}')
             ctypes.memmove(inp, xa.ctypes.data, n_in * 4)
             if target_dtype == 'int64':
                 ctypes.c_int64.from_address(tgt).value = int(y)
             else:
                 ya = np.ascontiguousarray(y, dtype=np.float32)
                 if ya.size != n_t:
-                    raise ValueError(f'target has {ya.size} values, the target shape {list(target_shape)} {n_t}')
+                    raise ShapeError(f'target has {ya.size} values; the target shape {list(target_shape)} has {n_t}')
                 ctypes.memmove(tgt, ya.ctypes.data, n_t * 4)
             return 0
         except BaseException as e:  # noqa: B902 (reported through the batch, as PyTorch does)
@@ -50,7 +51,8 @@ class Dataset:
     from_arrays or from_callback; FashionMNIST() opens Debian's copy."""
 
     def __init__(self, *a, **k):
-        raise TypeError('use Dataset.from_idx, from_cifar10, from_arrays or from_callback')
+        raise ArgumentTypeError('make datasets with Dataset.from_idx, from_cifar10, from_arrays or from_callback '
+                                '(or dp.FashionMNIST())')
 
     @classmethod
     def _wrap(cls, h, ctx, keep=()):
@@ -66,13 +68,18 @@ class Dataset:
         """IDX files (MNIST, Fashion-MNIST), gzip-compressed or not."""
         c = _ctx(ctx)
         h = ctypes.c_void_p()
-        _check(_lib.dataset_from_idx(c._h, _path(images), _path(labels), ctypes.byref(h)))
+        _check(_lib.dataset_from_idx(c._h, _path(images, 'from_idx: images'), _path(labels, 'from_idx: labels'),
+                                     ctypes.byref(h)))
         return cls._wrap(h, c)
 
     @classmethod
     def from_cifar10(cls, paths, ctx=None):
         c = _ctx(ctx)
-        arr = (ctypes.c_char_p * len(paths))(*[_path(p) for p in paths])
+        if isinstance(paths, (str, bytes, os.PathLike)) or not hasattr(paths, '__iter__'):
+            raise ArgumentTypeError(f'from_cifar10: paths must be a list of batch files (data_batch_1.bin, ...), '
+                                    f'not {type(paths).__name__} {paths!r}')
+        paths = list(paths)
+        arr = (ctypes.c_char_p * len(paths))(*[_path(p, f'from_cifar10: paths[{i}]') for i, p in enumerate(paths)])
         h = ctypes.c_void_p()
         _check(_lib.dataset_from_cifar10(c._h, arr, len(paths), ctypes.byref(h)))
         return cls._wrap(h, c)
@@ -84,13 +91,18 @@ class Dataset:
         dataset keeps them alive. Otherwise dp copies them."""
         np = _np()
         c = _ctx(ctx)
-        x = np.asarray(inputs)
-        y = np.asarray(targets)
+        with _converting(f'from_arrays: inputs ({type(inputs).__name__}) as an array'):
+            x = np.asarray(inputs)
+        with _converting(f'from_arrays: targets ({type(targets).__name__}) as an array'):
+            y = np.asarray(targets)
         if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
-            raise ValueError(f'inputs and targets need the same first dimension, got {x.shape} and {y.shape}')
-        x = np.ascontiguousarray(x, dtype=np.float32)
+            raise ShapeError(f'from_arrays: inputs and targets need the same first dimension (one row per sample), '
+                             f'got shapes {x.shape} and {y.shape}')
+        with _converting(f'from_arrays: inputs of dtype {x.dtype} as float32'):
+            x = np.ascontiguousarray(x, dtype=np.float32)
         tdtype = 'int64' if y.dtype.kind in 'iub' else 'float32'
-        y = np.ascontiguousarray(y, dtype=tdtype)
+        with _converting(f'from_arrays: targets of dtype {y.dtype} as {tdtype}'):
+            y = np.ascontiguousarray(y, dtype=tdtype)
         nd, shp = _shape_in(x.shape[1:])
         tnd, tshp = _shape_in(y.shape[1:])
         h = ctypes.c_void_p()
@@ -107,11 +119,15 @@ class Dataset:
         num_workers > 0 still overlaps them with training); an exception fails
         that batch with its message, as PyTorch does."""
         c = _ctx(ctx)
-        target_dtype = _dtype_name(target_dtype)
-        fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(sample_shape), target_dtype, tuple(target_shape)))
-        cb = _lib.DatasetCallbacks(ctypes.sizeof(_lib.DatasetCallbacks), None, int(length), fn, _lib.RELEASE_FN())
-        nd, shp = _shape_in(sample_shape)
-        tnd, tshp = _shape_in(target_shape)
+        if not callable(get_item):
+            raise ArgumentTypeError(f'from_callback: get_item must be callable (index -> (input, target)), '
+                                    f'not {type(get_item).__name__}')
+        target_dtype = _dtype_name(target_dtype) or 'int64'
+        nd, shp = _shape_in(sample_shape, 'from_callback: sample_shape')
+        tnd, tshp = _shape_in(target_shape, 'from_callback: target_shape')
+        fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(shp[:nd]), target_dtype, tuple(tshp[:tnd])))
+        cb = _lib.DatasetCallbacks(ctypes.sizeof(_lib.DatasetCallbacks), None, _int(length, 'from_callback: length'),
+                                   fn, _lib.RELEASE_FN())
         h = ctypes.c_void_p()
         _check(_lib.dataset_from_callbacks(c._h, ctypes.byref(cb), nd, shp, _CODES[target_dtype], tnd, tshp,
                                            ctypes.byref(h)))
@@ -129,7 +145,10 @@ class Dataset:
     def set_transform(self, spec):
         """{"random_crop": {"size": 32, "padding": 4}, "horizontal_flip": 0.5,
         "normalize": {"mean": [...], "std": [...]}} (dict or JSON)."""
-        _check(_lib.dataset_set_transform(self._h, _json_text(spec).encode()))
+        text = _json_text(spec, 'set_transform: spec')
+        with _converting('set_transform: spec'):
+            text = text.encode()
+        _check(_lib.dataset_set_transform(self._h, text))
         return self
 
 
@@ -180,15 +199,18 @@ class DataLoader:
                  reuse_buffers=True, shard=None):
         cfg = {'batch_size': batch_size, 'shuffle': bool(shuffle), 'drop_last': bool(drop_last),
                'num_workers': num_workers, 'prefetch': prefetch, 'seed': seed}
+        ds = _handle(dataset, Dataset, 'DataLoader: dataset')
+        if shard is not None and not isinstance(shard, DataParallel):
+            raise ArgumentTypeError(f'DataLoader: shard: expected the DistributedDataParallel that trains on this '
+                                    f'data, got {type(shard).__name__}')
+        gh = _handle(shard, DataParallel, 'DataLoader: shard', optional=True)
+        with _converting('DataLoader: batch_size, num_workers, prefetch and seed must be ints'):
+            text = _json.dumps(cfg).encode()
         h = ctypes.c_void_p()
-        _check(_lib.loader_create(dataset._h, _json.dumps(cfg).encode(), ctypes.byref(h)))
+        _check(_lib.loader_create(ds, text, ctypes.byref(h)))
         if shard is not None:
-            if not isinstance(shard, DataParallel):
-                _lib.loader_destroy(h)
-                raise TypeError(f'shard: expected the DistributedDataParallel that trains on this data, '
-                                f'got {type(shard).__name__}')
             try:
-                _check(_lib.loader_shard(h, shard._h))
+                _check(_lib.loader_shard(h, gh))
             except BaseException:
                 _lib.loader_destroy(h)
                 raise
@@ -198,6 +220,11 @@ class DataLoader:
         self._x = self._y = None
         self._abandoned = False
         _loaders.add(self)
+
+    def _handle(self):
+        if self._h is None:
+            raise ClosedError('the DataLoader is closed (close() was called); make a new one')
+        return self._h
 
     def close(self):
         """Stops the worker threads and frees the loader (also done when it is
@@ -209,18 +236,26 @@ class DataLoader:
 
     def __len__(self):
         n = ctypes.c_int64()
-        _check(_lib.loader_num_batches(self._h, ctypes.byref(n)))
+        _check(_lib.loader_num_batches(self._handle(), ctypes.byref(n)))
         return n.value
 
     @property
     def position(self):
         """(epoch, index of the next batch)."""
         e, b = ctypes.c_int64(), ctypes.c_int64()
-        _check(_lib.loader_position(self._h, ctypes.byref(e), ctypes.byref(b)))
+        _check(_lib.loader_position(self._handle(), ctypes.byref(e), ctypes.byref(b)))
         return e.value, b.value
 
     def seek(self, epoch, batch=0):
-        _check(_lib.loader_seek(self._h, int(epoch), int(batch)))
+        """Moves to batch `batch` (0 to len(self), the end of the epoch) of
+        epoch `epoch` (>= 0); OutOfRangeError (an IndexError and a ValueError)
+        outside those ranges."""
+        h = self._handle()
+        epoch, batch = _int(epoch, 'seek: epoch'), _int(batch, 'seek: batch')
+        try:
+            _check(_lib.loader_seek(h, epoch, batch))
+        except InvalidArgumentError as e:  # the only refusal of a live loader: a position out of range
+            raise OutOfRangeError(e.message) from None
         self._abandoned = False
 
     def _fresh(self):
@@ -246,13 +281,12 @@ class DataLoader:
         if not self._reusable(x, y):
             x, y = self._fresh()
         rows = ctypes.c_int64()
-        _check(_lib.loader_next(self._h, x._h, y._h, ctypes.byref(rows)))
+        _check(_lib.loader_next(self._handle(), x._h, y._h, ctypes.byref(rows)))
         self._x, self._y = x, y
         return (x, y) if rows.value else None
 
     def __iter__(self):
-        if self._h is None:
-            raise ValueError('the loader is closed')
+        self._handle()
         epoch, batch = self.position
         if batch >= len(self) or (self._abandoned and batch > 0):
             # A finished epoch (a checkpoint saved at its end) or an iteration

@@ -25,16 +25,16 @@ import urllib.parse
 
 from . import _lib
 from ._context import device_count
-from ._errors import _check
-from ._model import DataParallel, Model, _devices
-from ._util import _destroy
+from ._errors import ArgumentTypeError, ClosedError, InvalidArgumentError, UnsupportedError, _check
+from ._model import DataParallel, Model, _device_text, _devices
+from ._util import _converting, _destroy, _handle
 
 
 def _int_key(name, value):
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f'{name} must be an int, got {type(value).__name__} {value!r}') from None
+        raise ArgumentTypeError(f'{name} must be an int, got {type(value).__name__} {value!r}') from None
 
 
 def _seconds(timeout):
@@ -42,7 +42,7 @@ def _seconds(timeout):
         return timeout.total_seconds()
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         return float(timeout)
-    raise TypeError(f'timeout must be a datetime.timedelta or seconds, got {type(timeout).__name__}')
+    raise ArgumentTypeError(f'timeout must be a datetime.timedelta or seconds, got {type(timeout).__name__}')
 
 
 def _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port):
@@ -50,9 +50,12 @@ def _config(init_method, timeout, world_size, rank, local_rank, master_addr, mas
     arguments: only the keys given; the rest come from the environment."""
     cfg = {}
     if init_method is not None and init_method != 'env://':
+        if not isinstance(init_method, str):
+            raise ArgumentTypeError(f'init_method must be a str ("env://" or "tcp://HOST:PORT"), '
+                                    f'got {type(init_method).__name__}')
         url = urllib.parse.urlsplit(init_method)
         if url.scheme not in ('tcp', 'env'):
-            raise ValueError(f'init_method {init_method!r}: dp supports "env://" (the default: MASTER_ADDR, '
+            raise InvalidArgumentError(f'init_method {init_method!r}: dp supports "env://" (the default: MASTER_ADDR, '
                              f'MASTER_PORT, RANK, WORLD_SIZE) and "tcp://HOST:PORT"')
         if url.scheme == 'tcp':
             try:
@@ -60,9 +63,10 @@ def _config(init_method, timeout, world_size, rank, local_rank, master_addr, mas
             except ValueError:
                 port = None
             if not url.hostname or port is None:
-                raise ValueError(f'init_method {init_method!r}: expected "tcp://HOST:PORT"')
+                raise InvalidArgumentError(f'init_method {init_method!r}: expected "tcp://HOST:PORT"')
             if master_addr is not None or master_port is not None:
-                raise ValueError('give the address either in init_method or as master_addr/master_port, not both')
+                raise InvalidArgumentError('give the address either in init_method or as master_addr/master_port, '
+                                           'not both')
             cfg['master_addr'], cfg['master_port'] = url.hostname, port
         # As torch.distributed: "tcp://host:port?rank=0&world_size=2".
         query = urllib.parse.parse_qs(url.query)
@@ -71,13 +75,13 @@ def _config(init_method, timeout, world_size, rank, local_rank, master_addr, mas
                 try:
                     cfg[key] = int(query[key][-1])
                 except ValueError:
-                    raise ValueError(f'init_method {init_method!r}: {key} must be an int') from None
+                    raise InvalidArgumentError(f'init_method {init_method!r}: {key} must be an int') from None
     # -1 is torch.distributed's "not given" for rank and world_size.
     for key, value in (('rank', rank), ('world_size', world_size)):
         if value is not None and value != -1:
             value = _int_key(key, value)
             if key in cfg and cfg[key] != value:
-                raise ValueError(f'{key}={value} differs from init_method\'s {key}={cfg[key]}')
+                raise InvalidArgumentError(f'{key}={value} differs from init_method\'s {key}={cfg[key]}')
             cfg[key] = value
     if local_rank is not None:
         cfg['local_rank'] = _int_key('local_rank', local_rank)
@@ -102,19 +106,23 @@ class ProcessGroup:
 
     def __init__(self, config=None):
         if 'dp_process_group_create' in _lib.missing:
-            raise RuntimeError(f'dp: {_lib.path} predates process groups (dp_process_group_create); '
-                               f'use a newer libdp')
-        if isinstance(config, dict):
-            text = _json.dumps(config) if config else None
-        else:
-            text = config or None
+            raise UnsupportedError(f'dp: {_lib.path} predates process groups (dp_process_group_create); '
+                                   f'use a newer libdp')
+        if config is not None and not isinstance(config, (dict, str, bytes)):
+            raise ArgumentTypeError(f'ProcessGroup: config must be a dict or JSON text, got {type(config).__name__}')
+        with _converting('ProcessGroup: config'):
+            if isinstance(config, dict):
+                text = _json.dumps(config).encode() if config else None
+            else:
+                text = (config.encode() if isinstance(config, str) else config) or None
         h = ctypes.c_void_p()
-        _check(_lib.process_group_create(text.encode() if text is not None else None, ctypes.byref(h)))
+        _check(_lib.process_group_create(text, ctypes.byref(h)))
         self._h = h
 
     def _handle(self):
         if self._h is None:
-            raise ValueError('the process group was destroyed')
+            raise ClosedError('the process group was destroyed (destroy() or dp.destroy_process_group()); '
+                              'make a new one')
         return self._h
 
     def _int(self, fn):
@@ -185,12 +193,12 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     dp.IOError when rank 0 cannot listen on the port. Returns the group."""
     global _default
     if backend is not None and str(backend).lower() not in ('gloo', 'nccl', 'cpu:gloo,cuda:nccl'):
-        raise ValueError(f'backend {backend!r}: dp\'s process groups use Gloo, and NCCL for groups on GPUs; '
+        raise InvalidArgumentError(f'backend {backend!r}: dp\'s process groups use Gloo, and NCCL for groups on GPUs; '
                          f'use backend="gloo" or "nccl", or leave it out')
     cfg = _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port)
     with _default_lock:
         if _default is not None:
-            raise ValueError('trying to initialize the default process group twice '
+            raise InvalidArgumentError('trying to initialize the default process group twice '
                              '(dp.destroy_process_group() first)')
         _default = ProcessGroup(cfg)
         return _default
@@ -203,10 +211,13 @@ def is_initialized():
 
 def _group(group):
     if group is not None:
+        if not isinstance(group, ProcessGroup):
+            raise ArgumentTypeError(f'group: expected a dp.ProcessGroup or None (the default group), '
+                                    f'got {type(group).__name__}')
         return group
     pg = _default
     if pg is None:
-        raise ValueError('the default process group has not been initialized: call dp.init_process_group() '
+        raise InvalidArgumentError('the default process group has not been initialized: call dp.init_process_group() '
                          'first (without a launcher it makes a world of one process)')
     return pg
 
@@ -245,7 +256,7 @@ def destroy_process_group(group=None):
             pg = _group(group)
             _default = None
         else:
-            pg = group
+            pg = _group(group)
     pg.destroy()
 
 
@@ -290,8 +301,9 @@ class DistributedDataParallel(DataParallel):
         pg = _group(process_group)
         if not isinstance(model, Model):
             model = Model(model)
+        m = _handle(model, Model, 'DistributedDataParallel: model')
         h = ctypes.c_void_p()
-        _check(_lib.group_create_distributed(model._h, _process_devices(devices, pg).encode(), pg._handle(),
+        _check(_lib.group_create_distributed(m, _device_text(_process_devices(devices, pg)), pg._handle(),
                                              ctypes.byref(h)))
         self._h, self.model, self._ctx, self.process_group = h, model, model._ctx, pg
         self.training = True

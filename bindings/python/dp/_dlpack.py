@@ -14,6 +14,8 @@ deleter, so dp_tensor_destroy hands the memory back; the capsule is renamed
 """
 import ctypes
 
+from ._errors import ArgumentTypeError, DLPackError, Error
+
 
 kDLCPU, kDLCUDAHost = 1, 3
 kDLInt, kDLUInt, kDLFloat = 0, 1, 2
@@ -111,34 +113,43 @@ def live_exports():
 
 def consume(x):
     """x.__dlpack__() as (capsule, DLManagedTensor pointer, dtype name, shape,
-    data address). Raises BufferError for what dp cannot view: another
-    device, a dtype other than float32/int64, non-compact strides."""
+    data address). Raises DLPackError (a BufferError) for what dp cannot
+    view: another device, a dtype other than float32/int64, non-compact
+    strides, a producer's refusal; ArgumentTypeError for no __dlpack__."""
+    if not hasattr(x, '__dlpack__'):
+        raise ArgumentTypeError(f'dp.from_dlpack takes an object with __dlpack__ (a NumPy >= 1.22 array, a PyTorch '
+                                f'tensor, a dp.Tensor, ...), not {type(x).__name__}')
     if hasattr(x, '__dlpack_device__'):
         dev = tuple(x.__dlpack_device__())
         if dev[0] not in (kDLCPU, kDLCUDAHost):
-            raise BufferError(f'dp.from_dlpack: the tensor is on DLPack device {dev}; dp takes host memory (kDLCPU)')
+            raise DLPackError(f'dp.from_dlpack: the tensor is on DLPack device {dev}; dp takes host memory (kDLCPU)')
     try:
-        capsule = x.__dlpack__(stream=None)
-    except TypeError:
-        capsule = x.__dlpack__()
+        try:
+            capsule = x.__dlpack__(stream=None)
+        except TypeError:
+            capsule = x.__dlpack__()
+    except Error:
+        raise
+    except BufferError as e:  # the producer's refusal (NumPy: a read-only array)
+        raise DLPackError(f'dp.from_dlpack: {type(x).__name__}.__dlpack__() refused: {e}') from e
     if not _PyCapsule_IsValid(capsule, _NAME):
-        raise BufferError('dp.from_dlpack: __dlpack__ did not return a "dltensor" capsule (already consumed?)')
+        raise DLPackError('dp.from_dlpack: __dlpack__ did not return a "dltensor" capsule (already consumed?)')
     p = _PyCapsule_GetPointer(capsule, _NAME)
     m = DLManagedTensor.from_address(p)
     t = m.dl_tensor
     if t.device.device_type not in (kDLCPU, kDLCUDAHost):
-        raise BufferError(f'dp.from_dlpack: device type {t.device.device_type}; dp takes host memory')
+        raise DLPackError(f'dp.from_dlpack: device type {t.device.device_type}; dp takes host memory')
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     names = {(kDLFloat, 32): 'float32', (kDLInt, 64): 'int64'}
     if lanes != 1 or (code, bits) not in names:
-        raise BufferError(f'dp.from_dlpack: dtype (code {code}, bits {bits}, lanes {lanes}) is not float32 or '
+        raise DLPackError(f'dp.from_dlpack: dtype (code {code}, bits {bits}, lanes {lanes}) is not float32 or '
                           'int64; convert first (dp.tensor(numpy.asarray(x, numpy.float32)) copies)')
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:
         expect = 1
         for i in reversed(range(t.ndim)):
             if shape[i] != 1 and t.strides[i] != expect:
-                raise BufferError(f'dp.from_dlpack: strides {tuple(t.strides[i] for i in range(t.ndim))} are not '
+                raise DLPackError(f'dp.from_dlpack: strides {tuple(t.strides[i] for i in range(t.ndim))} are not '
                                   f'row-major contiguous for shape {shape}; dp views contiguous memory only')
             expect *= shape[i]
     data = (t.data or 0) + t.byte_offset

@@ -76,6 +76,7 @@ _PROTOS = [
     ('dp_context_create', _S, [P(ctx_p)]),
     ('dp_context_destroy', None, [ctx_p]),
     ('dp_context_load_plugin', _S, [ctx_p, c_char_p]),
+    ('dp_context_set_option', _S, [ctx_p, c_int, c_int64]),
     ('dp_context_num_plugins', _S, [ctx_p, P(c_int)]),
     ('dp_context_plugin_info', _S, [ctx_p, c_int, P(c_char_p), P(c_char_p)]),
     ('dp_model_from_json', _S, [ctx_p, c_char_p, P(model_p)]),

@@ -6,13 +6,19 @@ import os
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import _check
+from ._errors import ArgumentTypeError, UnknownKeyError, _check
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import _destroy, _json_text, _np, _np_or_none, _path, _shape_out
+from ._util import _INT64, _converting, _destroy, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out
 
 
 def _is_json_text(s):
     return isinstance(s, (str, bytes)) and s.lstrip()[:1] in ('{', b'{')
+
+
+def _json_utf8(spec):
+    text = _json_text(spec, 'model JSON')
+    with _converting('model JSON'):
+        return text.encode()
 
 
 class Model:
@@ -23,9 +29,12 @@ class Model:
         c = _ctx(ctx)
         h = ctypes.c_void_p()
         if isinstance(spec, (dict, list)) or _is_json_text(spec):
-            _check(_lib.model_from_json(c._h, _json_text(spec).encode(), ctypes.byref(h)))
+            _check(_lib.model_from_json(c._h, _json_utf8(spec), ctypes.byref(h)))
+        elif isinstance(spec, (str, bytes, os.PathLike)):
+            _check(_lib.model_from_file(c._h, _path(spec, 'dp.Model: path'), ctypes.byref(h)))
         else:
-            _check(_lib.model_from_file(c._h, _path(spec), ctypes.byref(h)))
+            raise ArgumentTypeError(f'dp.Model takes a dict, JSON text or the path of a JSON file, '
+                                    f'not {type(spec).__name__}')
         self._h, self._ctx = h, c
 
     @classmethod
@@ -33,7 +42,7 @@ class Model:
         m = object.__new__(cls)
         c = _ctx(ctx)
         h = ctypes.c_void_p()
-        _check(_lib.model_from_json(c._h, _json_text(text).encode(), ctypes.byref(h)))
+        _check(_lib.model_from_json(c._h, _json_utf8(text), ctypes.byref(h)))
         m._h, m._ctx = h, c
         return m
 
@@ -42,7 +51,7 @@ class Model:
         m = object.__new__(cls)
         c = _ctx(ctx)
         h = ctypes.c_void_p()
-        _check(_lib.model_from_file(c._h, _path(path), ctypes.byref(h)))
+        _check(_lib.model_from_file(c._h, _path(path, 'Model.from_file: path'), ctypes.byref(h)))
         m._h, m._ctx = h, c
         return m
 
@@ -64,7 +73,8 @@ class Model:
 
     def set_parameters(self, values):
         np = _np()
-        a = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        with _converting(f'set_parameters: values ({type(values).__name__}) as float32'):
+            a = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         _check(_lib.model_set_parameters(self._h, a.ctypes.data, a.size))
 
     def gradients(self):
@@ -112,10 +122,10 @@ class Model:
         return _shape_out(_lib.model_output_shape, self._h)
 
     def load_safetensors(self, path):
-        _check(_lib.model_load_safetensors(self._h, _path(path)))
+        _check(_lib.model_load_safetensors(self._h, _path(path, 'load_safetensors: path')))
 
     def save_safetensors(self, path):
-        _check(_lib.model_save_safetensors(self._h, _path(path)))
+        _check(_lib.model_save_safetensors(self._h, _path(path, 'save_safetensors: path')))
 
 
 def _devices(devices):
@@ -124,11 +134,22 @@ def _devices(devices):
         if gpus:
             return ','.join(f'cuda:{i}' for i in range(gpus))
         return ','.join(f'cpu:{i}' for i in range(os.cpu_count() or 1))
-    if isinstance(devices, int):
-        return ','.join(f'cpu:{i}' for i in range(devices))
-    if not isinstance(devices, str):
+    if isinstance(devices, bytes):
+        devices = devices.decode('utf-8', 'replace')
+    if isinstance(devices, str):
+        return devices
+    if hasattr(devices, '__index__'):
+        return ','.join(f'cpu:{i}' for i in range(_int(devices, 'devices')))
+    if hasattr(devices, '__iter__'):
         return ','.join(str(d) for d in devices)
-    return devices
+    raise ArgumentTypeError(f'devices must be "auto", a str ("cpu:0,cpu:1"), a list of str (["cpu:0", "cuda:0"]) '
+                            f'or a count of CPU devices, not {type(devices).__name__} {devices!r}')
+
+
+def _device_text(devices):
+    text = _devices(devices)
+    with _converting(f'devices {text!r}'):
+        return text.encode()
 
 
 class DataParallel:
@@ -140,7 +161,8 @@ class DataParallel:
         if not isinstance(model, Model):
             model = Model(model)
         h = ctypes.c_void_p()
-        _check(_lib.group_create(model._h, _devices(devices).encode(), ctypes.byref(h)))
+        _check(_lib.group_create(_handle(model, Model, 'DataParallel: model'), _device_text(devices),
+                                 ctypes.byref(h)))
         self._h, self.model, self._ctx = h, model, model._ctx
         self.training = True
 
@@ -166,11 +188,16 @@ class DataParallel:
         """"chunk" (torch.chunk's rule, the default) or "balanced". Across
         processes every process sets the same, before the loaders sharded on
         this group are made (they keep the split rule they were made with)."""
-        _check(_lib.group_set_option(self._h, 0, {'chunk': 0, 'balanced': 1}[mode]))
+        modes = {'chunk': 0, 'balanced': 1}
+        if not isinstance(mode, str):
+            raise ArgumentTypeError(f'set_split: mode must be "chunk" or "balanced", not {type(mode).__name__}')
+        if mode not in modes:
+            raise UnknownKeyError(f'set_split: mode {mode!r} is not "chunk" or "balanced"')
+        _check(_lib.group_set_option(self._h, 0, modes[mode]))
         return self
 
     def set_threads_per_device(self, n):
-        _check(_lib.group_set_option(self._h, 1, int(n)))
+        _check(_lib.group_set_option(self._h, 1, _int(n, 'set_threads_per_device: n', _INT64)))
         return self
 
     def set_allow_tf32(self, allow=True):
@@ -220,16 +247,19 @@ class DataParallel:
         np = _np_or_none()
         if np is None:
             return tensor(y, ctx=self._ctx)
-        a = np.asarray(y)
+        with _converting(f'targets ({type(y).__name__}) as an array'):
+            a = np.asarray(y)
         return as_tensor(a, 'int64' if a.dtype.kind in 'iub' else 'float32', ctx=self._ctx)
 
     def train_step(self, optimizer, x, y):
         """zero_grad, forward, the model's loss, backward, optimizer step; the
         batch loss (a float). x float32 [B, ...]; y int64 class indices [B]
         (cross_entropy) or float32 of the output's shape (mse)."""
+        from ._optim import Optimizer  # (_optim imports this module)
+        opt = _handle(optimizer, Optimizer, 'train_step: optimizer')
         loss = ctypes.c_float()
         xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
-        _check(_lib.group_train_step(self._h, optimizer._h, xt._h, yt._h, ctypes.byref(loss)))
+        _check(_lib.group_train_step(self._h, opt, xt._h, yt._h, ctypes.byref(loss)))
         return loss.value
 
     def evaluate(self, x, y):

@@ -4,7 +4,8 @@ import ctypes
 
 from . import _lib
 from ._errors import _check
-from ._util import _destroy, _json_text
+from ._model import DataParallel
+from ._util import _converting, _destroy, _float, _handle, _json_text
 
 
 class Optimizer:
@@ -12,8 +13,12 @@ class Optimizer:
     {"type": "sgd" | "adam" | "adamw", "lr": ..., ...} with PyTorch's names."""
 
     def __init__(self, group, config):
+        g = _handle(group, DataParallel, 'Optimizer: group (the model to train: a DataParallel)')
+        text = _json_text(config, 'optimizer config')
+        with _converting('optimizer config'):
+            text = text.encode()
         h = ctypes.c_void_p()
-        _check(_lib.optimizer_create(group._h, _json_text(config).encode(), ctypes.byref(h)))
+        _check(_lib.optimizer_create(g, text, ctypes.byref(h)))
         self._h, self.group = h, group
 
     def __del__(self):
@@ -33,7 +38,7 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value):
-        _check(_lib.optimizer_set_lr(self._h, float(value)))
+        _check(_lib.optimizer_set_lr(self._h, _float(value, 'lr')))
 
 
 def _opt_class(kind, doc):

@@ -8,8 +8,8 @@ import weakref
 from . import _dlpack
 from . import _lib
 from ._context import _ctx
-from ._errors import _check
-from ._util import _destroy, _np, _np_or_none, _shape_in, _shape_out
+from ._errors import ArgumentTypeError, DLPackError, InvalidArgumentError, ShapeError, UnsupportedError, _check
+from ._util import _converting, _destroy, _np, _np_or_none, _shape_in, _shape_out
 
 HAVE_ZERO_COPY = not ({'dp_tensor_from_host_borrowed', 'dp_tensor_data'} & set(_lib.missing))
 
@@ -22,8 +22,10 @@ _ITEMSIZE = {'float32': 4, 'int64': 8}
 def _dtype_name(dtype):
     if dtype is None:
         return None
-    if isinstance(dtype, int):
-        return _DTYPES[dtype]
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        if dtype in _DTYPES:
+            return _DTYPES[dtype]
+        raise ArgumentTypeError(f'dp tensors are float32 or int64 (dtype codes 0 and 1), not code {dtype}')
     name = getattr(dtype, 'name', None) or str(dtype)
     if name in ('float32', 'float', 'f4', '<f4'):
         return 'float32'
@@ -35,7 +37,7 @@ def _dtype_name(dtype):
         pass
     if name in _CODES:
         return name
-    raise TypeError(f'dp tensors are float32 or int64, not {dtype!r}')
+    raise ArgumentTypeError(f'dp tensors are float32 or int64, not {dtype!r}')
 
 
 class _Export:
@@ -60,7 +62,7 @@ class Tensor:
     (view when possible) or dp.zeros."""
 
     def __init__(self, *args, **kwargs):
-        raise TypeError('make tensors with dp.tensor, dp.zeros, dp.from_numpy or dp.from_dlpack')
+        raise ArgumentTypeError('make tensors with dp.tensor, dp.zeros, dp.from_numpy or dp.from_dlpack')
 
     @classmethod
     def _wrap(cls, handle, ctx, owner=None):
@@ -100,14 +102,14 @@ class Tensor:
     def __len__(self):
         s = self.shape
         if not s:
-            raise TypeError('len() of a 0-d tensor')
+            raise ArgumentTypeError('len() of a 0-d tensor')
         return s[0]
 
     @property
     def data_ptr(self):
         """The address of the elements (dp_tensor_data), 0 when it has none."""
         if not HAVE_ZERO_COPY:
-            raise NotImplementedError('this libdp has no dp_tensor_data (an older library of the same ABI)')
+            raise UnsupportedError(f'{_lib.path} has no dp_tensor_data (an older library of the same ABI)')
         p = ctypes.c_void_p()
         _check(_lib.tensor_data(self._h, ctypes.byref(p)))
         return p.value or 0
@@ -147,14 +149,18 @@ class Tensor:
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy(copy=bool(copy))
-        return a if dtype is None else a.astype(dtype, copy=False)
+        if dtype is None:
+            return a
+        with _converting(f'Tensor.__array__: dtype {dtype!r}'):
+            return a.astype(dtype, copy=False)
 
     def tolist(self):
         return self.numpy(copy=True).tolist()
 
     def item(self):
         if self.size != 1:
-            raise ValueError(f'item() of a tensor of {self.size} elements')
+            raise ShapeError(f'item() of a tensor of {self.size} elements (shape {list(self.shape)}); '
+                             'it takes exactly one')
         return self.numpy(copy=True).reshape(()).item()
 
     # -- in
@@ -162,7 +168,8 @@ class Tensor:
         """Overwrites the contents from an array of the same size and dtype
         (dp_tensor_copy_from_host): no allocation."""
         np = _np()
-        a = np.ascontiguousarray(src, dtype=self.dtype)
+        with _converting(f'Tensor.copy_: src ({type(src).__name__}) as {self.dtype}'):
+            a = np.ascontiguousarray(src, dtype=self.dtype)
         _check(_lib.tensor_copy_from_host(self._h, a.ctypes.data, a.nbytes))
         return self
 
@@ -173,11 +180,12 @@ class Tensor:
     # -- DLPack out
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if stream not in (None, -1):
-            raise BufferError('dp tensors are host memory: stream must be None')
+            raise DLPackError(f'__dlpack__: dp tensors are host memory: stream must be None (or -1), not {stream!r}')
         if copy:
             return self.clone().__dlpack__()
         if dl_device is not None and tuple(dl_device) != (_dlpack.kDLCPU, 0):
-            raise BufferError(f'dp tensors are on the CPU, not on DLPack device {tuple(dl_device)}')
+            raise DLPackError(f'__dlpack__: dp tensors are on the CPU (DLPack device ({_dlpack.kDLCPU}, 0)), '
+                              f'not on DLPack device {tuple(dl_device)}')
         holder = _Export(self, None)  # counted as a view while a consumer holds it
         self._exports.add(holder)
         return _dlpack.export(holder, self.data_ptr, self.dtype, self.shape)
@@ -192,7 +200,8 @@ def _flatten(data):
         parts = [_flatten(d) for d in data]
         inner = parts[0][1] if parts else ()
         if any(p[1] != inner for p in parts):
-            raise ValueError('dp.tensor: ragged nested sequence')
+            raise ShapeError(f'dp.tensor: ragged nested sequence: sub-sequences of shapes '
+                             f'{sorted({p[1] for p in parts})} at one level')
         return [v for p in parts for v in p[0]], (len(parts),) + inner
     return [data], ()
 
@@ -200,7 +209,8 @@ def _flatten(data):
 def _tensor_from_sequence(data, dtype, ctx):
     flat, shape = _flatten(data)
     name = _dtype_name(dtype) or ('int64' if all(isinstance(v, int) for v in flat) and flat else 'float32')
-    buf = ((ctypes.c_float if name == 'float32' else ctypes.c_int64) * max(len(flat), 1))(*flat)
+    with _converting(f'dp.tensor: a nested sequence of numbers as {name}'):
+        buf = ((ctypes.c_float if name == 'float32' else ctypes.c_int64) * max(len(flat), 1))(*flat)
     c = _ctx(ctx)
     nd, shp = _shape_in(shape)
     h = ctypes.c_void_p()
@@ -217,9 +227,11 @@ def tensor(data, dtype=None, ctx=None):
     np = _np_or_none()
     if np is None:
         return _tensor_from_sequence(data, dtype, ctx)
-    a = np.asarray(data)
+    with _converting(f'dp.tensor: {type(data).__name__} as an array'):
+        a = np.asarray(data)
     name = _dtype_name(dtype) or ('int64' if a.dtype.kind in 'iub' else 'float32')
-    a = np.ascontiguousarray(a, dtype=name)
+    with _converting(f'dp.tensor: {type(data).__name__} of dtype {a.dtype} as {name}'):
+        a = np.ascontiguousarray(a, dtype=name)
     c = _ctx(ctx)
     nd, shp = _shape_in(a.shape)
     h = ctypes.c_void_p()
@@ -229,12 +241,12 @@ def tensor(data, dtype=None, ctx=None):
 
 def zeros(shape, dtype='float32', ctx=None):
     """A new zero-filled tensor."""
-    if isinstance(shape, int):
+    if hasattr(shape, '__index__'):
         shape = (shape,)
     c = _ctx(ctx)
-    nd, shp = _shape_in(shape)
+    nd, shp = _shape_in(shape, 'dp.zeros: shape')
     h = ctypes.c_void_p()
-    _check(_lib.tensor_create(c._h, _CODES[_dtype_name(dtype)], nd, shp, ctypes.byref(h)))
+    _check(_lib.tensor_create(c._h, _CODES[_dtype_name(dtype) or 'float32'], nd, shp, ctypes.byref(h)))
     return Tensor._wrap(h, c)
 
 
@@ -246,19 +258,23 @@ def _viewable(a, np):
 def from_numpy(array, ctx=None):
     """A tensor viewing a NumPy array's memory (no copy; as torch.from_numpy):
     writes through either show in the other. The tensor keeps the array
-    alive. The array must be float32 or int64, C-contiguous, aligned and
-    writeable (else TypeError / ValueError; dp.tensor copies instead). A
+    alive. The array must be float32 or int64 (else dp.ArgumentTypeError, a
+    TypeError), C-contiguous, aligned and writeable (else
+    dp.InvalidArgumentError, a ValueError; dp.tensor copies instead). A
     borrowed tensor cannot be resized: DataLoader never fills one."""
     np = _np()
     if not isinstance(array, np.ndarray):
-        raise TypeError(f'dp.from_numpy takes a numpy.ndarray, not {type(array).__name__}')
+        raise ArgumentTypeError(f'dp.from_numpy takes a numpy.ndarray, not {type(array).__name__} '
+                                '(dp.tensor and dp.as_tensor take anything numpy.asarray takes)')
     if array.dtype not in (np.float32, np.int64):
-        raise TypeError(f'dp.from_numpy: dtype {array.dtype} is not float32 or int64 (dp.tensor converts, copying)')
+        raise ArgumentTypeError(f'dp.from_numpy: dtype {array.dtype} is not float32 or int64 '
+                                '(dp.tensor converts, copying)')
     if not _viewable(array, np):
-        raise ValueError('dp.from_numpy: the array is not C-contiguous, aligned, native-endian and writeable '
-                         '(dp.tensor copies it)')
+        raise InvalidArgumentError('dp.from_numpy: the array is not C-contiguous, aligned, native-endian and '
+                                   'writeable (dp.tensor copies it)')
     if not HAVE_ZERO_COPY:
-        raise NotImplementedError('this libdp has no dp_tensor_from_host_borrowed (an older library of the same ABI)')
+        raise UnsupportedError(f'{_lib.path} has no dp_tensor_from_host_borrowed (an older library of the same '
+                               'ABI); dp.tensor copies instead')
     c = _ctx(ctx)
     nd, shp = _shape_in(array.shape)
     h = ctypes.c_void_p()
@@ -290,9 +306,10 @@ def from_dlpack(x, ctx=None):
     PyTorch, JAX, CuPy host arrays, dp tensors): no copy. The producer's memory
     stays alive until the dp tensor is destroyed (then dp calls the producer's
     deleter). float32 or int64, row-major contiguous, on the CPU; else
-    BufferError."""
+    dp.DLPackError (a BufferError)."""
     if not HAVE_ZERO_COPY:
-        raise NotImplementedError('this libdp has no dp_tensor_from_host_borrowed (an older library of the same ABI)')
+        raise UnsupportedError(f'{_lib.path} has no dp_tensor_from_host_borrowed (an older library of the same '
+                               'ABI); dp.tensor copies instead')
     c = _ctx(ctx)
     capsule, managed, dtype, shape, data, m = _dlpack.consume(x)
     nd, shp = _shape_in(shape)

@@ -1,11 +1,72 @@
 """Small helpers every module uses: shapes in and out of the C ABI, NumPy
-on demand, paths, JSON text, and freeing a handle."""
+on demand, paths, JSON text, checked arguments (every refusal a dp.Error that
+is also the builtin exception Python code expects), and freeing a handle."""
+import contextlib
 import ctypes
 import json as _json
 import os
 
 from . import _lib
-from ._errors import _check
+from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentError, JSONError,
+                      MissingDependencyError, _check)
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+@contextlib.contextmanager
+def _converting(what):
+    """Turns what Python, NumPy or ctypes raise while converting an argument
+    into the dp.Error of the same builtin flavour, its message prefixed with
+    what was being converted (the original is the __cause__)."""
+    try:
+        yield
+    except Error:
+        raise
+    except (TypeError, ctypes.ArgumentError) as e:
+        raise ArgumentTypeError(f'{what}: {e}') from e
+    except (ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f'{what}: {e}') from e
+
+
+def _int(value, what, bounds=_INT64):
+    """value as a Python int for a C integer argument (int() semantics, as
+    before), else ArgumentTypeError / InvalidArgumentError naming `what`."""
+    with _converting(f'{what} must be an int, got {type(value).__name__} {value!r}'):
+        v = int(value)
+    if not bounds[0] <= v <= bounds[1]:
+        raise InvalidArgumentError(f'{what} = {v} is out of range [{bounds[0]}, {bounds[1]}]')
+    return v
+
+
+def _float(value, what):
+    with _converting(f'{what} must be a number, got {type(value).__name__} {value!r}'):
+        return float(value)
+
+
+def _text(value, what):
+    """A str (or bytes) argument as bytes for the C ABI."""
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f'{what} must be a str, got {type(value).__name__} {value!r}')
+    with _converting(what):
+        return value.encode()
+
+
+def _handle(obj, cls, what, optional=False):
+    """obj's handle for a C call, after checking that obj is a cls (a handle
+    of another type would be misread by libdp) and is not closed."""
+    if obj is None and optional:
+        return None
+    if not isinstance(obj, cls):
+        name = ' or '.join(f'dp.{c.__name__}' for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise ArgumentTypeError(f'{what}: expected a {name}{" or None" if optional else ""}, '
+                                f'got {type(obj).__name__}')
+    h = getattr(obj, '_h', None)
+    if h is None:
+        raise ClosedError(f'{what}: the {type(obj).__name__} is closed (destroyed); make a new one')
+    return h
 
 
 def _shape_out(fn, handle):
@@ -15,8 +76,10 @@ def _shape_out(fn, handle):
     return tuple(shp[:nd.value])
 
 
-def _shape_in(shape):
-    shape = tuple(int(s) for s in shape)
+def _shape_in(shape, what='shape'):
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, '__iter__'):
+        raise ArgumentTypeError(f'{what} must be a sequence of ints, got {type(shape).__name__} {shape!r}')
+    shape = tuple(_int(s, f'{what}[{i}]') for i, s in enumerate(shape))
     return len(shape), (ctypes.c_int64 * max(len(shape), 1))(*shape)
 
 
@@ -24,7 +87,7 @@ def _np():
     try:
         import numpy
     except ImportError as e:
-        raise ImportError('dp: this needs NumPy (apt install python3-numpy, or pip install numpy)') from e
+        raise MissingDependencyError('dp: this needs NumPy (apt install python3-numpy, or pip install numpy)') from e
     return numpy
 
 
@@ -36,16 +99,26 @@ def _np_or_none():
         return None
 
 
-def _path(p):
-    return os.fsencode(os.fspath(p))
+def _path(p, what='path'):
+    if not isinstance(p, (str, bytes, os.PathLike)):
+        raise ArgumentTypeError(f'{what} must be a path (str, bytes or os.PathLike), got {type(p).__name__} {p!r}')
+    with _converting(f'{what} {p!r}'):
+        return os.fsencode(os.fspath(p))
 
 
-def _json_text(spec):
+def _json_text(spec, what='config'):
+    """A dict, list, JSON text (str) or UTF-8 JSON bytes as JSON text."""
     if isinstance(spec, (dict, list)):
-        return _json.dumps(spec)
+        with _converting(f'{what}: cannot be written as JSON'):
+            return _json.dumps(spec)
     if isinstance(spec, bytes):
-        return spec.decode()
-    return spec
+        try:
+            return spec.decode()
+        except UnicodeDecodeError as e:
+            raise JSONError(f'{what}: the JSON bytes are not UTF-8: {e}') from e
+    if isinstance(spec, str):
+        return spec
+    raise ArgumentTypeError(f'{what} must be a dict, a list or JSON text, got {type(spec).__name__}')
 
 
 def _destroy(obj, fn):

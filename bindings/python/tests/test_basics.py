@@ -134,3 +134,23 @@ def test_devices_and_pinned_memory():
         assert 'compute capability' in dp.device_name('cuda', 0)
         t.pin_memory()
     assert t.numpy().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_context_memory_limit_and_model_plugins(tmp_path):
+    big = dict(MLP, layers=[{'type': 'linear', 'out_features': 99999999999999}])
+    with pytest.raises(dp.OutOfMemoryError) as e:  # before allocation, naming the layer
+        dp.Model(big)
+    assert isinstance(e.value, MemoryError) and "/layers/0 (linear '0')" in str(e.value)
+    small = dp.Context(memory_limit=100)  # the MLP takes 312 bytes
+    with pytest.raises(MemoryError, match='DP_CONTEXT_MEMORY_LIMIT'):
+        dp.Model(MLP, ctx=small)
+    small.set_memory_limit(0)
+    dp.Model(MLP, ctx=small)
+    # A model naming a library by path loads nothing unless the context allows it.
+    f = tmp_path / 'plug.json'
+    f.write_text(json.dumps(dict(MLP, plugins=['./nothing.so'])))
+    (tmp_path / 'nothing.so').write_bytes(b'not a library')
+    with pytest.raises(dp.PluginError, match='allow-model-plugins'):
+        dp.Model(f)
+    with pytest.raises(dp.PluginError, match='cannot load plugin'):
+        dp.Model(f, ctx=dp.Context(allow_model_plugins=True))

@@ -15,6 +15,11 @@
 // into replica 0's own gradients instead, and reduce() adds them to the
 // model's.)
 //
+// A step in which some replica runs more rows than ever before allocates
+// (activations grow), and an allocation may fail midway: then the update
+// waits until every replica is done (RunPlan::grows), and a failure leaves
+// parameters and optimizer state as they were. Later steps allocate nothing.
+//
 // With processes (a process group), the replicas' sum of each bucket is not
 // the end: a stage thread takes the buckets in order, as each one's local
 // sum completes, sums it over the processes (the process communicator, in
@@ -172,6 +177,7 @@ class CpuEngine final : public Engine {
   // go straight into the model's gradients, and step its parameters.
   void prepare(const RunPlan& plan) override {
     opt_ = plan.job == Job::kTrain ? plan.opt : nullptr;
+    defer_ = plan.grows;
     gate_ = kUndecided;
     dst_ = opt_ ? model_.mutable_grads().data() : nullptr;
     params_ = opt_ ? model_.mutable_params().data() : nullptr;
@@ -202,16 +208,24 @@ class CpuEngine final : public Engine {
       lock.unlock();
       if (plan.job != Job::kBackward && !gathered_) gather_results();
     }
+    if (opt_ && defer_ && decide())  // every replica is done: the whole update now
+      parallel_for(&threads_, model_.num_params(), Optimizer::kGrain,
+                   [&](int64_t b, int64_t e) { opt_->update(params_, dst_, b, e); });
     if (opt_ && gate_ == kHold) zero_grad();
   }
   // After a failure (the process communicator is aborted by then, so the
   // stage's collective in flight fails at once).
+  // A failed training step leaves the gradients zero, as a non-finite loss
+  // does (the buckets may have written partial sums).
   void abandon() override {
-    if (!procs_) return;
-    std::unique_lock<std::mutex> lock(stage_mu_);
-    cancel_ = true;
-    stage_cv_.notify_all();
-    stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
+    if (procs_) {
+      std::unique_lock<std::mutex> lock(stage_mu_);
+      cancel_ = true;
+      stage_cv_.notify_all();
+      stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
+    }
+    if (opt_) zero_grad();
+    opt_ = nullptr;
   }
   void loss_done(int) override {
     if (!procs_ || !opt_) return;
@@ -236,7 +250,7 @@ class CpuEngine final : public Engine {
   // (every replica computed its loss before it joined the first bucket).
   void sum_then_step(float* out, const float* const* in, int k, int64_t b, int64_t e) {
     LocalComm::host_sum(out, in, k, b, e);
-    if (procs_ || !opt_ || !decide()) return;  // with processes, the stage steps (bucket_summed)
+    if (procs_ || !opt_ || defer_ || !decide()) return;  // with processes, the stage steps (bucket_summed)
     const int64_t at = out - dst_;  // where the bucket starts in the model's arrays
     opt_->update(params_, dst_, at + b, at + e);
   }
@@ -289,7 +303,7 @@ class CpuEngine final : public Engine {
       if (cancel_) return;
       lock.unlock();
       gather_results();
-      decide();
+      if (!defer_) decide();
       lock.lock();
     }
     for (size_t j = 0; j < buckets_.size(); ++j) {
@@ -302,7 +316,7 @@ class CpuEngine final : public Engine {
       const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
       procs_->all_reduce_bucket(rank_, key, dst_ + bk.begin, bk.count);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (opt_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
+      if (opt_ && !defer_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
       lock.lock();
       busy_s_ += took;
     }
@@ -320,6 +334,7 @@ class CpuEngine final : public Engine {
   std::exception_ptr stage_error_;
   double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
+  bool defer_ = false;        // RunPlan::grows: the update waits for finish()
   float* dst_ = nullptr;      // where the buckets' sums go
   float* params_ = nullptr;
   std::atomic<int> gate_{kUndecided};

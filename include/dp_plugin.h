@@ -58,7 +58,13 @@ enum { DP_PLUGIN_F32 = 0, DP_PLUGIN_I64 = 1 };
 /* Devices a tensor lives on. Only CPU exists today. */
 enum { DP_PLUGIN_DEVICE_CPU = 0 };
 /* How a parameter or buffer starts (as PyTorch's reset_parameters()). */
-enum { DP_PLUGIN_INIT_ZEROS = 0, DP_PLUGIN_INIT_ONES = 1, DP_PLUGIN_INIT_UNIFORM = 2 /* U(-bound, bound) */ };
+enum {
+  DP_PLUGIN_INIT_ZEROS = 0,
+  DP_PLUGIN_INIT_ONES = 1,
+  DP_PLUGIN_INIT_UNIFORM = 2, /* U(-bound, bound), bound >= 0 */
+  DP_PLUGIN_INIT_CONSTANT = 3 /* every element = bound (nn.init.constant_: PReLU's 0.25); hosts whose
+                                 table has args_int_range (DP_PLUGIN_HAS) know it */
+};
 
 /* Opaque host objects, valid only during the call that hands them over. */
 typedef struct dp_plugin_registrar dp_plugin_registrar; /* during dp_plugin_init */
@@ -123,7 +129,8 @@ typedef struct dp_plugin_io {
 /* A layer type. Copied by the host at register_layer (name included). */
 typedef struct dp_plugin_layer_type {
   size_t struct_size; /* sizeof(dp_plugin_layer_type) */
-  const char* name;   /* the JSON "type"; must not clash with any known type */
+  const char* name;   /* the JSON "type": an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64
+                         characters) that no known type has */
   uint32_t version;   /* the type's own version, shown by dp_context_plugin_info */
   int32_t min_inputs; /* inputs taken: [min_inputs, max_inputs]; max < 0: any */
   int32_t max_inputs;
@@ -181,7 +188,10 @@ typedef struct dp_host_api {
   int (*args_string)(dp_plugin_args* args, const char* key, const char* def, const char** out);
 
   /* Declarations (inside infer only). Parameters are named
-   * "<layer name>.<suffix>" and saved in checkpoints; buffers too. */
+   * "<layer name>.<suffix>" and saved in checkpoints; buffers too. init is a
+   * DP_PLUGIN_INIT_* value; bound is U(-bound, bound)'s (>= 0) or the
+   * constant's (finite). A bad declaration fails with a message the host
+   * reports as DP_ERR_PLUGIN (infer should then return non-zero). */
   int (*declare_param)(dp_plugin_build* build, const char* suffix, int32_t ndim, const int64_t* shape, int32_t init,
                        double bound);
   int (*declare_buffer)(dp_plugin_build* build, const char* suffix, int32_t ndim, const int64_t* shape,
@@ -204,8 +214,18 @@ typedef struct dp_host_api {
    * step, global sample index of `row`, counter): the same on every split.
    * Safe from any thread. */
   float (*uniform01)(const dp_plugin_run* run, int64_t row, uint64_t counter);
-  /* Version 1 ends here. Append only. */
+  /* Version 1 as first published ends here. Appended since (check with
+   * DP_PLUGIN_HAS(api, name) before use: an older host's table ends above). */
+
+  /* As args_int, with a maximum too: "expected an integer in [min, max]". */
+  int (*args_int_range)(dp_plugin_args* args, const char* key, int64_t def, int64_t min, int64_t max, int64_t* out);
+  /* Append only. */
 } dp_host_api;
+
+/* Whether the host's table `api` has the function `name` (one appended
+ * after version 1 was first published). */
+#define DP_PLUGIN_HAS(api, name) \
+  ((api)->struct_size >= offsetof(dp_host_api, name) + sizeof((api)->name))
 
 /* What dp_plugin_init receives. */
 typedef struct dp_host_api_base {

@@ -18,8 +18,8 @@ struct CudaCtx;  // src/backends/cuda/cuda.h
 
 // How a parameter or buffer starts, as PyTorch's reset_parameters() does it.
 struct Init {
-  enum Kind { kZeros, kOnes, kUniform } kind = kZeros;
-  float bound = 0;  // kUniform: U(-bound, bound)
+  enum Kind { kZeros, kOnes, kUniform, kConstant } kind = kZeros;
+  float bound = 0;  // kUniform: U(-bound, bound); kConstant: the value
 };
 
 // A parameter or buffer a layer declares; the model names it

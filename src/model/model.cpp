@@ -21,6 +21,7 @@ static void init_tensor(float* p, int64_t n, const Init& init, uint64_t key) {
       case Init::kZeros: p[i] = 0; break;
       case Init::kOnes: p[i] = 1; break;
       case Init::kUniform: p[i] = (2 * uniform01(key, static_cast<uint64_t>(i)) - 1) * init.bound; break;
+      case Init::kConstant: p[i] = init.bound; break;
     }
   }
 }

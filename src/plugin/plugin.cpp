@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -85,6 +87,13 @@ int h_register_layer(dp_plugin_registrar* r, const dp_plugin_layer_type* t) {
       fail(DP_ERR_PLUGIN, "register_layer: struct_size " + std::to_string(t->struct_size) + " is smaller than version 1's");
     if (!t->name || !*t->name) fail(DP_ERR_PLUGIN, "register_layer: a layer type without a name");
     std::string name = t->name;
+    // Type names are identifiers, as the built-ins' are: they appear in
+    // JSON, messages and checkpoints.
+    bool ident = name.size() <= 64 && !std::isdigit(static_cast<unsigned char>(name[0]));
+    for (char c : name) ident = ident && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ident)
+      fail(DP_ERR_PLUGIN, "register_layer: type name \"" + name.substr(0, 80) +
+                              "\" is not an identifier (letters, digits and '_', not starting with a digit, at most 64)");
     if (!t->create || !t->infer || !t->forward || !t->backward)
       fail(DP_ERR_PLUGIN, "register_layer '" + name + "': create, infer, forward and backward are required");
     if (t->device_impls) fail(DP_ERR_PLUGIN, "register_layer '" + name + "': device_impls must be NULL in version 1");
@@ -136,6 +145,21 @@ int h_args_int(dp_plugin_args* a, const char* key, int64_t def, int64_t min, int
     if (out) *out = v;
   });
 }
+int h_args_int_range(dp_plugin_args* a, const char* key, int64_t def, int64_t min, int64_t max, int64_t* out) {
+  return args_call(a, key, [&] {
+    if (max < min) fail(DP_ERR_PLUGIN, a->args->path_of(key) + ": args_int_range called with max < min");
+    const std::string range = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    const bool given = a->args->has(key);
+    int64_t v = def;
+    try {
+      v = a->args->integer(key, def, min);
+    } catch (const Error&) {
+      fail(DP_ERR_MODEL, a->args->path_of(key) + ": expected " + range + ", got " + json_brief(a->args->object()[key]));
+    }
+    if (given && v > max) fail(DP_ERR_MODEL, a->args->path_of(key) + ": expected " + range + ", got " + std::to_string(v));
+    if (out) *out = v;
+  });
+}
 int h_args_float(dp_plugin_args* a, const char* key, double def, double lo, double hi, double* out) {
   return args_call(a, key, [&] {
     double v = a->args->number(key, def, lo, hi);
@@ -163,8 +187,12 @@ int declare(dp_plugin_build* b, std::vector<TensorSpec>* to, const char* what, c
     if (!suffix || !*suffix) fail(DP_ERR_PLUGIN, w + ": empty name");
     if (ndim < 0 || ndim >= DP_MAX_DIMS || (ndim > 0 && !shape))
       fail(DP_ERR_PLUGIN, w + " '" + suffix + "': ndim must be in [0, " + std::to_string(DP_MAX_DIMS - 1) + "]");
-    if (init < DP_PLUGIN_INIT_ZEROS || init > DP_PLUGIN_INIT_UNIFORM)
-      fail(DP_ERR_PLUGIN, w + " '" + suffix + "': unknown init " + std::to_string(init));
+    if (init < DP_PLUGIN_INIT_ZEROS || init > DP_PLUGIN_INIT_CONSTANT)
+      fail(DP_ERR_PLUGIN, w + " '" + suffix + "': unknown init " + std::to_string(init) +
+                              " (DP_PLUGIN_INIT_ZEROS, _ONES, _UNIFORM or _CONSTANT)");
+    if (!std::isfinite(bound) || (init == DP_PLUGIN_INIT_UNIFORM && bound < 0))
+      fail(DP_ERR_PLUGIN, w + " '" + suffix + "': bound " + std::to_string(bound) + " must be " +
+                              (init == DP_PLUGIN_INIT_UNIFORM ? "finite and >= 0 for U(-bound, bound)" : "finite"));
     TensorSpec s;
     s.suffix = suffix;
     for (int i = 0; i < ndim; ++i) {
@@ -235,6 +263,7 @@ const dp_host_api kApiV1 = {
     h_args_json, h_args_path, h_args_has, h_args_int, h_args_float, h_args_bool, h_args_string,
     h_declare_param, h_declare_buffer, h_declare_stats,
     h_scratch, h_parallel_for, h_uniform01,
+    h_args_int_range,
 };
 
 const dp_host_api* h_get_api(const dp_host_api_base* base, uint32_t version) {
@@ -318,12 +347,15 @@ class PluginLayer : public Layer {
     dp_plugin_shape out = shape_of(Shape{});
     char err[1024] = "";
     int rc = type_->t.infer(instance_, &b, shapes.data(), static_cast<int32_t>(shapes.size()), &out, err, sizeof err);
-    if (!b.error.empty()) fail(DP_ERR_PLUGIN, b.error);
-    if (rc != 0) fail(DP_ERR_SHAPE, message(err, "infer failed"));
-    if (out.ndim < 0 || out.ndim >= DP_MAX_DIMS) fail(DP_ERR_PLUGIN, "infer gave an output of " + std::to_string(out.ndim) + " dimensions");
+    // As forward's messages: the model adds the layer's path, type and name.
+    const std::string from = "plugin " + type_->lib->path + ": ";
+    if (!b.error.empty()) fail(DP_ERR_PLUGIN, from + b.error);  // a bad declaration: the plugin's bug
+    if (rc != 0) fail(DP_ERR_SHAPE, from + "infer failed: " + message(err, "error"));  // inputs it cannot take
+    if (out.ndim < 0 || out.ndim >= DP_MAX_DIMS)
+      fail(DP_ERR_PLUGIN, from + "infer gave an output of " + std::to_string(out.ndim) + " dimensions");
     Shape s;
     for (int i = 0; i < out.ndim; ++i) {
-      if (out.dims[i] < 1) fail(DP_ERR_PLUGIN, "infer gave a non-positive output dimension");
+      if (out.dims[i] < 1) fail(DP_ERR_PLUGIN, from + "infer gave a non-positive output dimension");
       s.push(out.dims[i]);
     }
     out_sample_ = s;

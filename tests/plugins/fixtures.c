@@ -66,6 +66,70 @@ static int backward(const void* instance, const dp_plugin_run* run, const dp_plu
   return 0;
 }
 
+#if defined(FIXTURE_PRELU)
+/* nn.PReLU: y = x > 0 ? x : w[c] * x, w[c] starting at a constant (0.25);
+ * one weight, or one per channel (dim 1 of the input). JSON: num_parameters
+ * (args_int_range: [1, 4096]), init (the constant); init_kind and
+ * init_bound override the declaration, to test the host's checks. */
+typedef struct {
+  int64_t n, inner;
+  double init, bound;
+  int64_t kind;
+} prelu_t;
+static int prelu_create(void* user, dp_plugin_args* args, void** instance, char* err, size_t cap) {
+  prelu_t* p = calloc(1, sizeof *p);
+  (void)user;
+  if (!p) return snprintf(err, cap, "out of memory"), 1;
+  *instance = p;
+  if (!DP_PLUGIN_HAS(api, args_int_range)) return snprintf(err, cap, "host lacks args_int_range"), 1;
+  if (api->args_int_range(args, "num_parameters", 1, 1, 4096, &p->n) ||
+      api->args_float(args, "init", 0.25, -1e6, 1e6, &p->init) ||
+      api->args_int(args, "init_kind", DP_PLUGIN_INIT_CONSTANT, -100, &p->kind) ||
+      api->args_float(args, "init_bound", -1e300, -1e300, 1e300, &p->bound))
+    return 1;
+  return 0;
+}
+static int prelu_infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* in, int32_t n, dp_plugin_shape* out,
+                       char* err, size_t cap) {
+  prelu_t* p = instance;
+  int32_t i;
+  (void)n;
+  if (p->n > 1 && (in[0].ndim < 1 || in[0].dims[0] != p->n))
+    return snprintf(err, cap, "num_parameters %lld must be 1 or the channels (dim 1), got input of %d dims", (long long)p->n,
+                    (int)in[0].ndim), 1;
+  p->inner = 1;
+  for (i = p->n > 1 ? 1 : 0; i < in[0].ndim; ++i) p->inner *= in[0].dims[i];
+  *out = in[0];
+  return api->declare_param(build, "weight", 1, &p->n, (int32_t)p->kind, p->bound > -1e300 ? p->bound : p->init);
+}
+static int prelu_forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  const prelu_t* p = instance;
+  const float* x = io->inputs[0].data;
+  float* y = io->output.data;
+  int64_t i, total = dp_plugin_numel(&io->output);
+  (void)run, (void)err, (void)cap;
+  for (i = 0; i < total; ++i) {
+    const float w = io->params[(i / p->inner) % p->n];
+    y[i] = x[i] > 0.f ? x[i] : w * x[i];
+  }
+  return 0;
+}
+static int prelu_backward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  const prelu_t* p = instance;
+  const float* x = io->inputs[0].data;
+  const float* g = io->grad_output.data;
+  float* gx = io->grad_inputs[0].data;
+  int64_t i, total = dp_plugin_numel(&io->grad_output);
+  (void)run, (void)err, (void)cap;
+  for (i = 0; i < total; ++i) {
+    const int64_t c = (i / p->inner) % p->n;
+    if (gx) gx[i] = x[i] > 0.f ? g[i] : io->params[c] * g[i];
+    if (x[i] <= 0.f) io->grads[c] += g[i] * x[i];
+  }
+  return 0;
+}
+#endif
+
 #if !defined(FIXTURE_NO_INIT) && !defined(FIXTURE_WRONG_VERSION)
 static int add(const char* name) {
   dp_plugin_layer_type t;
@@ -81,6 +145,13 @@ static int add(const char* name) {
   t.infer = infer;
   t.forward = forward;
   t.backward = backward;
+#if defined(FIXTURE_PRELU)
+  t.create = prelu_create;
+  t.destroy = free;
+  t.infer = prelu_infer;
+  t.forward = prelu_forward;
+  t.backward = prelu_backward;
+#endif
   return api->register_layer(base_registrar, &t);
 }
 #endif
@@ -108,6 +179,11 @@ DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, siz
   return add("swish");
 #elif defined(FIXTURE_FAILS_FORWARD)
   return add("fails_forward");
+#elif defined(FIXTURE_PRELU)
+  return add("fixture_prelu");
+#elif defined(FIXTURE_BAD_NAME)
+  if (add("fixture_fine")) return 1;
+  return add("has space");
 #else /* FIXTURE_PLUGIN_RELU */
   return add("plugin_relu");
 #endif

@@ -47,7 +47,8 @@ static_assert(offsetof(dp_host_api, declare_stats) == 96, "");
 static_assert(offsetof(dp_host_api, scratch) == 104, "");
 static_assert(offsetof(dp_host_api, parallel_for) == 112, "");
 static_assert(offsetof(dp_host_api, uniform01) == 120, "");
-static_assert(sizeof(dp_host_api) == 128, "");
+static_assert(offsetof(dp_host_api, args_int_range) == 128, "");  // appended: version 1's first 128 bytes unchanged
+static_assert(sizeof(dp_host_api) == 136, "");
 static_assert(offsetof(dp_host_api_base, get_api) == 8, "");
 static_assert(offsetof(dp_host_api_base, registrar) == 16, "");
 static_assert(offsetof(dp_host_api_base, host_version) == 24, "");
@@ -145,6 +146,38 @@ TEST_CASE("plugins: hyperparameter errors name the JSON path; shape errors name 
   require_error(c.build(model_with(R"({"type": "rms_norm", "normalized_shape": 5})")), DP_ERR_SHAPE,
                 {"/layers/1 (rms_norm '1')", "normalized_shape is 5", "last dimension is 3"});
   DP_REQUIRE_OK(c.build(model_with(R"({"type": "rms_norm", "normalized_shape": 3, "eps": 1e-6, "elementwise_affine": false})")));
+}
+
+TEST_CASE("plugins: constant init, args_int_range, checked declarations, identifier names, infer names its plugin") {
+  Ctx c;
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_PRELU));
+  // nn.PReLU's weight starts at 0.25 (DP_PLUGIN_INIT_CONSTANT), or at "init".
+  for (const char* init : {"", R"(, "init": -1.5)"}) {
+    dp_model* m = nullptr;
+    const std::string json = model_with(std::string(R"({"type": "fixture_prelu", "num_parameters": 3)") + init + "}");
+    DP_REQUIRE_OK(dp_model_from_json(c.ctx, json.c_str(), &m));
+    const std::vector<float> p = params_of(m);  // linear 4->3 (15), then the 3 weights
+    REQUIRE(p.size() == 18);
+    for (int i = 15; i < 18; ++i) CHECK(p[static_cast<size_t>(i)] == (*init ? -1.5f : 0.25f));
+    dp_model_destroy(m);
+  }
+  // args_int_range: both bounds, in the message.
+  for (const char* n : {"0", "4097", "2.5"})
+    require_error(c.build(model_with(std::string(R"({"type": "fixture_prelu", "num_parameters": )") + n + "}")), DP_ERR_MODEL,
+                  {"/layers/1/num_parameters: expected an integer in [1, 4096], got " + std::string(n)});
+  // Declarations the host refuses: DP_ERR_PLUGIN, naming the layer and the plugin.
+  require_error(c.build(model_with(R"({"type": "fixture_prelu", "init_kind": 2, "init_bound": -0.5})")), DP_ERR_PLUGIN,
+                {"/layers/1 (fixture_prelu '1')", "fixture_prelu.so", "bound -0.5", ">= 0"});
+  require_error(c.build(model_with(R"({"type": "fixture_prelu", "init_kind": 7})")), DP_ERR_PLUGIN,
+                {"/layers/1 (fixture_prelu '1')", "fixture_prelu.so", "unknown init 7"});
+  // infer refusing its inputs: DP_ERR_SHAPE, naming the plugin as forward's errors do.
+  require_error(c.build(model_with(R"({"type": "fixture_prelu", "num_parameters": 5})")), DP_ERR_SHAPE,
+                {"/layers/1 (fixture_prelu '1')", "plugin ", "fixture_prelu.so: infer failed", "num_parameters 5"});
+  // Type names are identifiers: the plugin with "has space" does not load at all.
+  require_error(dp_context_load_plugin(c.ctx, FIXTURE_BAD_NAME), DP_ERR_PLUGIN,
+                {"\"has space\" is not an identifier", "nothing from this plugin was registered"});
+  require_error(c.build(model_with(R"({"type": "fixture_fine"})")), DP_ERR_MODEL, {"unknown layer type"});
+  CHECK(c.count() == 1);
 }
 
 TEST_CASE("plugins: a callback's error during training reaches dp_group_train_step; the group stays usable") {
@@ -248,6 +281,7 @@ Registry& plugin_registry() {
     p.load(r, PLUGIN_SWISH, "");
     p.load(r, PLUGIN_RMS_NORM, "");
     p.load(r, PLUGIN_SHAPE_PROBE, "");
+    p.load(r, FIXTURE_PRELU, "");
     loaded = true;
   }
   return r;
@@ -283,6 +317,18 @@ TEST_CASE("plugins: swish gradients (input and beta), steady state without alloc
   }
   h.params[0] = 1.7f;
   check_layer(h, {&x});
+}
+
+TEST_CASE("plugins: a PReLU plugin's gradients (input and weight, one and per channel)") {
+  for (int64_t n : {1, 3}) {
+    auto l = make_plugin_layer({{"type", "fixture_prelu"}, {"num_parameters", n}});
+    Harness h(*l, {Shape{3, 5}});
+    REQUIRE(h.param_specs.size() == 1);
+    CHECK(h.param_specs[0].init.kind == Init::kConstant);
+    Tensor x = random_tensor(Shape{4, 3, 5}, 5, -3.f, 3.f);
+    for (int64_t c = 0; c < n; ++c) h.params[static_cast<size_t>(c)] = 0.1f + 0.3f * float(c);
+    check_layer(h, {&x});
+  }
 }
 
 TEST_CASE("plugins: rms_norm matches nn.RMSNorm, gradients, stats, steady state") {

@@ -323,7 +323,26 @@ DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_op
 DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
 /* The learning rate, read and set (a schedule sets it before each step). */
 DP_API dp_status dp_optimizer_lr(const dp_optimizer* opt, double* lr);
+/* With a schedule, sets its base learning rate (PyTorch's initial_lr). */
 DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
+/* A learning-rate schedule, as torch.optim.lr_scheduler computes it: before
+ * optimizer step t (0-based; t = the steps taken so far, which checkpoints
+ * hold, so a resumed run follows the same curve) the learning rate becomes
+ * schedule(base, t), base being the learning rate when the schedule is set.
+ * NULL or "": none (the base learning rate again). Per step, not per epoch:
+ * {"type": "linear", "start_factor": 0.333, "end_factor": 1, "total_iters": 5}   LinearLR
+ * {"type": "step", "step_size": N, "gamma": 0.1}                                   StepLR
+ * {"type": "multistep", "milestones": [N, ...], "gamma": 0.1}                      MultiStepLR
+ * {"type": "cosine", "T_max": N, "eta_min": 0}                                     CosineAnnealingLR
+ * {"type": "cosine_warmup", "warmup_steps": W, "total_steps": N, "warmup_start_factor": 0.333, "eta_min": 0}
+ *     SequentialLR(LinearLR for W steps, then CosineAnnealingLR(T_max = N - W))
+ * {"type": "onecycle", "max_lr": X, "total_steps": N, "pct_start": 0.3, "anneal_strategy": "cos",
+ *  "div_factor": 25, "final_div_factor": 1e4, "three_phase": false}
+ *     OneCycleLR with cycle_momentum=False (its own base: max_lr / div_factor);
+ *     after total_steps the last value stays.
+ * DP_ERR_JSON / DP_ERR_MODEL (naming the key) for a bad schedule, which
+ * leaves the optimizer's schedule as it was. */
+DP_API dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* json);
 DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
 /* zero_grad, forward, the model's loss (reduced over the whole batch),

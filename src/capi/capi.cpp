@@ -497,6 +497,18 @@ dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr) {
   DP_CHECK_ARG(opt, "opt is NULL");
   DP_CHECK_ARG(lr >= 0 && lr < 1e30, "lr must be a finite number >= 0");
   opt->opt->lr = lr;
+  opt->opt->base_lr = lr;  // with a schedule: its base
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* json) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  std::unique_ptr<dp::LrSchedule> s;
+  if (json && *json) s = dp::LrSchedule::from_json(json);
+  if (s && !opt->opt->schedule) opt->opt->base_lr = opt->opt->lr;  // the lr set so far is the base
+  opt->opt->schedule = std::move(s);
+  if (!opt->opt->schedule) opt->opt->lr = opt->opt->base_lr ? opt->opt->base_lr : opt->opt->lr;
   DP_GUARD_END
 }
 

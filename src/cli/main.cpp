@@ -169,16 +169,15 @@ static int train(const TrainOptions& o) {
     check(dp_checkpoint_save(o.save.c_str(), group.get(), opt.get(), train_loader.get(), meta.c_str()), "--save");
   };
 
-  // --lr-schedule cosine: torch's CosineAnnealingLR over all steps (eta_min 0),
-  // a function of the position alone, so a resumed run follows the same curve.
-  double base_lr = 0;
-  check(dp_optimizer_lr(opt.get(), &base_lr), "optimizer");
-  const double total_steps = double(o.epochs * batches);
-  auto schedule = [&](int64_t at_epoch, int64_t at_batch) {
-    if (o.lr_schedule != "cosine") return;
-    double t = double(at_epoch * batches + at_batch) / total_steps;
-    check(dp_optimizer_set_lr(opt.get(), base_lr * 0.5 * (1 + std::cos(3.14159265358979323846 * t))), "lr");
-  };
+  // --lr-schedule: "cosine" is torch's CosineAnnealingLR over all steps
+  // (eta_min 0); JSON, any schedule of dp_optimizer_set_lr_schedule. A
+  // function of the optimizer's steps, so a resumed run follows the same curve.
+  if (o.lr_schedule == "cosine")
+    check(dp_optimizer_set_lr_schedule(opt.get(), ("{\"type\": \"cosine\", \"T_max\": " +
+                                                   std::to_string(std::max<int64_t>(1, o.epochs * batches)) + "}").c_str()),
+          "--lr-schedule");
+  else if (o.lr_schedule != "constant")
+    check(dp_optimizer_set_lr_schedule(opt.get(), o.lr_schedule.c_str()), "--lr-schedule");
 
   Progress progress;
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
@@ -196,7 +195,6 @@ static int train(const TrainOptions& o) {
       check(dp_loader_next(train_loader.get(), x.get(), y.get(), &rows), "training data");
       if (rows == 0) break;
       float loss = 0;
-      schedule(epoch, batch);
       check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "train step");
       train_seconds += now_seconds() - t0;
       samples += rows;
@@ -371,7 +369,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--threads", t.threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
   train_cmd->add_option("--max-steps", t.max_steps, "stop after this many steps, without evaluating (benchmarks)")
       ->check(CLI::NonNegativeNumber);
-  train_cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine (annealed to 0 over all steps)")
+  train_cmd->add_option("--lr-schedule", t.lr_schedule,
+                        "constant | cosine (annealed to 0 over all steps) | a schedule's JSON, per step: "
+                        "{\"type\": \"cosine_warmup\", \"warmup_steps\": 100, \"total_steps\": 1000}, linear, step, "
+                        "multistep, cosine, onecycle (dp.h, dp_optimizer_set_lr_schedule)")
       ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
   train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C)");
   train_cmd->add_option("--resume", t.resume, "checkpoint to continue from")->check(CLI::ExistingFile);

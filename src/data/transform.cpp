@@ -117,8 +117,10 @@ void Transform::apply(const float* src, float* dst, uint64_t key) const {
           std::fill(drow, drow + crop_w_, 0.0f);
           continue;
         }
-        // Columns x with 0 <= x + left - pad < w come from the source.
-        int64_t x0 = std::max<int64_t>(0, pad_ - left), x1 = std::min<int64_t>(crop_w_, w + pad_ - left);
+        // Columns x with 0 <= x + left - pad < w come from the source (none
+        // when the crop lies in the padding: a padding wider than the crop).
+        int64_t x0 = std::min<int64_t>(crop_w_, std::max<int64_t>(0, pad_ - left));
+        int64_t x1 = std::min<int64_t>(crop_w_, w + pad_ - left);
         if (x1 < x0) x1 = x0;
         std::fill(drow, drow + x0, 0.0f);
         if (x1 > x0) std::memcpy(drow + x0, s + sy * w + (x0 + left - pad_), static_cast<size_t>(x1 - x0) * sizeof(float));

@@ -19,7 +19,7 @@ uint64_t Optimizer::next_id() {
 }
 
 void Optimizer::step(float* params, const float* grads, int64_t n, Workers* pool) {
-  begin_step();
+  start_step();
   parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) { update(params, grads, b, e); });
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/workers.h"
 #include "optim/rules.h"
+#include "optim/schedule.h"
 
 namespace dp {
 
@@ -24,6 +25,12 @@ class Optimizer {
   static std::unique_ptr<Optimizer> from_json(const std::string& text, int64_t num_params, uint64_t memory_limit = 0,
                                               uint64_t held = 0);
 
+  // What every step begins with: the learning rate from the schedule, if
+  // any, then begin_step(). Engines call this, once per step.
+  void start_step() {
+    if (schedule) lr = schedule->lr(base_lr, steps);
+    begin_step();
+  }
   // Counts the step and computes what is shared by all elements (bias corrections).
   virtual void begin_step() { ++steps; }
   // Updates params[b, e) from grads[b, e). Thread-safe for disjoint ranges.
@@ -41,6 +48,10 @@ class Optimizer {
 
   static const int64_t kGrain = 1 << 14;  // elements per range: stays in L2
   double lr = 0;
+  // A schedule (null: none) sets lr = schedule->lr(base_lr, steps) as each
+  // step starts: a function of the steps taken, which checkpoints hold.
+  std::unique_ptr<LrSchedule> schedule;
+  double base_lr = 0;
   int64_t steps = 0;
   // Bumped whenever state() is written on the host (a checkpoint load), so a
   // GPU group's copy of the state knows to reload it.

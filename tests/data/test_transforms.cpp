@@ -186,3 +186,23 @@ TEST_CASE("transform: random crop and flip as torchvision, a pure function of (s
   dp_loader_destroy(other_seed);
   dp_dataset_destroy(ds);
 }
+
+TEST_CASE("transform: a padding wider than the crop (found by tests/fuzz: rows were zero-filled past their end)") {
+  Fixture f;
+  std::vector<float> store;
+  const int64_t n = 30, h = 3, w = 3;
+  dp_dataset* ds = image_dataset(f.ctx, n, 2, h, w, store);
+  DP_REQUIRE_OK(dp_dataset_set_transform(ds, R"({"random_crop": {"size": 4, "padding": 21}})"));
+  dp_loader* l = loader(ds, R"({"batch_size": 30})");
+  // Most crops lie wholly in the padding; the rest hold some of the image's pixels.
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    auto images = epoch_images(l, f);
+    REQUIRE(images.size() == static_cast<size_t>(n));
+    for (const auto& [i, img] : images) {
+      REQUIRE(img.size() == 2 * 4 * 4);
+      for (float v : img) CHECK((v == 0.0f || (v > i * 100 && v <= i * 100 + 2 * h * w)));
+    }
+  }
+  dp_loader_destroy(l);
+  dp_dataset_destroy(ds);
+}

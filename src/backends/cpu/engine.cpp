@@ -271,7 +271,7 @@ class CpuEngine final : public Engine {
       g = gate_.load(std::memory_order_relaxed);
       if (g == kUndecided) {
         g = std::isfinite(total_loss()) ? kStep : kHold;
-        if (g == kStep) opt_->begin_step();
+        if (g == kStep) opt_->start_step();
         gate_.store(g, std::memory_order_release);
       }
     }

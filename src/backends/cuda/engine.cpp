@@ -387,7 +387,7 @@ void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   upload_if_stale();
   OptimRule rule;
   if (opt) {
-    opt->begin_step();
+    opt->start_step();
     rule = opt->rule();
   }
   for (Slot& s : slots_) {

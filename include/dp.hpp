@@ -537,6 +537,8 @@ class Optimizer : public detail::Handle<dp_optimizer, dp_optimizer_destroy> {
     return lr;
   }
   void set_lr(double lr) { check(dp_optimizer_set_lr(get(), lr)); }
+  // dp_optimizer_set_lr_schedule: PyTorch's schedulers, per step ("" removes it).
+  void set_lr_schedule(const std::string& json) { check(dp_optimizer_set_lr_schedule(get(), json.c_str())); }
 
  private:
   static dp_optimizer* create(Group& group, const std::string& json_config) {

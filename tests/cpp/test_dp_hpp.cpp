@@ -257,6 +257,18 @@ TEST_CASE("training through dp.hpp equals training through dp.h") {
   opt.set_lr(0.01);
   opt.step();
   CHECK(model.parameters() != c_params);
+  // A schedule sets the lr as each step starts, from the steps taken so far:
+  // StepLR(step_size 1, gamma 0.5) halves it at every step.
+  opt.set_lr_schedule(R"({"type": "step", "step_size": 1, "gamma": 0.5})");
+  opt.step();
+  const double first = opt.lr();
+  CHECK(first < 0.01);
+  opt.step();
+  CHECK(opt.lr() == doctest::Approx(first / 2));
+  CHECK_THROWS_AS(opt.set_lr_schedule(R"({"type": "nope"})"), dp::Error);
+  opt.set_lr_schedule("");
+  opt.step();
+  CHECK(opt.lr() == 0.01);
 }
 
 TEST_CASE("datasets, loaders and checkpoints") {

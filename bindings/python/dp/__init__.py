@@ -28,10 +28,10 @@ from . import _lib
 from ._errors import (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError,
                       NumericError, OutOfMemoryError, PluginError, InternalError, CommError, ArgumentTypeError,
                       ClosedError, OutOfRangeError, UnknownKeyError, DLPackError, UnsupportedError,
-                      MissingDependencyError)
+                      MissingDependencyError, StateDictError)
 from ._context import Context, default_context, load_plugin, version, device_count, device_count_why, device_name
 from ._tensor import HAVE_ZERO_COPY, Tensor, tensor, zeros, from_numpy, as_tensor, from_dlpack
-from ._model import Model, DataParallel, Group
+from ._model import Model, DataParallel, Group, IncompatibleKeys, save_weights, load_weights
 from ._optim import Optimizer, SGD, Adam, AdamW
 from ._data import Dataset, FASHION_MNIST_DIR, FASHION_MNIST_NORMALIZE, FashionMNIST, DataLoader
 from ._checkpoint import save_checkpoint, load_checkpoint, checkpoint_metadata
@@ -41,6 +41,7 @@ from ._distributed import (ProcessGroup, DistributedDataParallel, init_process_g
 __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeError', 'DeviceError', 'NumericError',
            'OutOfMemoryError', 'PluginError', 'InternalError', 'CommError', 'ArgumentTypeError', 'ClosedError',
            'OutOfRangeError', 'UnknownKeyError', 'DLPackError', 'UnsupportedError', 'MissingDependencyError',
+           'StateDictError', 'save_weights', 'load_weights', 'IncompatibleKeys',
            'Context', 'default_context', 'load_plugin', 'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy',
            'as_tensor', 'from_dlpack', 'DataParallel', 'Group',
            'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
@@ -56,6 +57,6 @@ __version__ = version()
 # tracebacks read "dp.ModelError: ...", and pickles name dp.ModelError.
 for _cls in (Error, InvalidArgumentError, JSONError, ModelError, ShapeError, IOError, DeviceError, NumericError,
              OutOfMemoryError, PluginError, InternalError, CommError, ArgumentTypeError, ClosedError, OutOfRangeError,
-             UnknownKeyError, DLPackError, UnsupportedError, MissingDependencyError):
+             UnknownKeyError, DLPackError, UnsupportedError, MissingDependencyError, StateDictError):
     _cls.__module__ = __name__
 del _cls

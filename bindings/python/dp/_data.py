@@ -179,10 +179,11 @@ def _stop_loaders():
 class DataLoader:
     """Shuffled batches assembled ahead by worker threads, with PyTorch's
     names and defaults. Iterating runs one epoch and yields (x, y) dp
-    tensors: x float32 [rows, ...], y the targets. The loader reuses the two
-    tensors it yields for the next batch unless they are still referenced
-    beyond the loop variables or viewed (numpy(), __dlpack__), in which case
-    it fills new ones; reuse_buffers=False always yields new tensors.
+    tensors: x float32 [rows, ...], y the targets. Two pairs of tensors take
+    turns (no allocation per batch): a pair is refilled two batches after it
+    was yielded unless it is still referenced or viewed (numpy(),
+    __dlpack__), in which case the loader fills new ones; reuse_buffers=False
+    always yields new tensors. After the loop, x and y hold the last batch.
     The order of an epoch is a pure function of (seed, epoch).
 
     shard=model (a DistributedDataParallel) makes it a distributed sampler,
@@ -217,7 +218,7 @@ class DataLoader:
         self._h, self.dataset, self._ctx = h, dataset, dataset._ctx
         self.batch_size, self.num_workers = batch_size, num_workers
         self._reuse = reuse_buffers
-        self._x = self._y = None
+        self._last = self._spare = (None, None)
         self._abandoned = False
         _loaders.add(self)
 
@@ -263,27 +264,35 @@ class DataLoader:
         return zeros((0,), 'float32', self._ctx), zeros((0,), 'int64', self._ctx)
 
     def _reusable(self, x, y):
-        # x and y are referenced here (next_batch's local, this parameter,
-        # getrefcount's argument) and, in a for loop, by the caller's loop
-        # variables: anything more means the caller kept them, so they are
-        # not refilled under it.
+        # The spare pair (the batch before the last one yielded) is referenced
+        # here (next_batch's local, this parameter, getrefcount's argument):
+        # anything more means the caller kept it, so it is not refilled under
+        # it. The last batch yielded is never refilled by the next call, so
+        # that after a loop its variables still hold the last batch.
         if x is None or not self._reuse or x._exports or y._exports:
             return False
         refs = getattr(sys, 'getrefcount', None)
-        return refs is not None and refs(x) <= 4 and refs(y) <= 4
+        return refs is not None and refs(x) <= 3 and refs(y) <= 3
 
     def next_batch(self):
         """The next batch as (x, y), or None at the end of an epoch (the next
         call starts the next epoch): dp_loader_next without iteration. A
         sharded loader's (x, y) hold this process's rows, possibly none; None
-        comes at the end of the global epoch, on every process together."""
-        x, y, self._x, self._y = self._x, self._y, None, None
+        comes at the end of the global epoch, on every process together.
+        The batch returned last stays as it is until the call after next
+        (two pairs of tensors take turns), and the end of an epoch leaves it
+        alone: after `for x, y in loader:` x and y hold the last batch."""
+        x, y = self._spare
+        self._spare = (None, None)
         if not self._reusable(x, y):
             x, y = self._fresh()
         rows = ctypes.c_int64()
         _check(_lib.loader_next(self._handle(), x._h, y._h, ctypes.byref(rows)))
-        self._x, self._y = x, y
-        return (x, y) if rows.value else None
+        if not rows.value:
+            self._spare = (x, y)  # the end-of-epoch fill stays in the spare pair
+            return None
+        self._spare, self._last = self._last, (x, y)
+        return x, y
 
     def __iter__(self):
         self._handle()

@@ -83,6 +83,18 @@ class CommError(Error):
     """DP_ERR_COMM: another process of the process group died, left, or did not answer in time"""
 
 
+class StateDictError(ModelError, RuntimeError):
+    """load_state_dict(sd, strict=True) with missing or unexpected keys, or any
+    load_state_dict with a tensor of the wrong shape: a ModelError (what libdp
+    reports for a weights file that does not fit) and a RuntimeError (what
+    PyTorch's load_state_dict raises). .missing_keys and .unexpected_keys
+    list the names (empty for a shape mismatch)."""
+
+    def __init__(self, status, message=None, missing_keys=(), unexpected_keys=()):
+        super().__init__(status, message)
+        self.missing_keys, self.unexpected_keys = list(missing_keys), list(unexpected_keys)
+
+
 # The binding's own refusals (before libdp is called). Each also derives from
 # the builtin exception Python code expects there, so `except TypeError` and
 # the like keep working.

@@ -127,6 +127,7 @@ _PROTOS = [
     ('dp_optimizer_step', _S, [opt_p]),
     ('dp_optimizer_lr', _S, [opt_p, P(c_double)]),
     ('dp_optimizer_set_lr', _S, [opt_p, c_double]),
+    ('dp_optimizer_set_lr_schedule', _S, [opt_p, c_char_p]),
     ('dp_optimizer_destroy', None, [opt_p]),
     ('dp_group_train_step', _S, [group_p, opt_p, tensor_p, tensor_p, P(c_float)]),
     ('dp_group_evaluate', _S, [group_p, tensor_p, tensor_p, P(c_float), P(c_int64)]),

@@ -1,14 +1,57 @@
 """Models (dp.Model, from JSON) and the data-parallel groups that train them
 on a list of devices (dp.DataParallel, alias dp.Group)."""
+import collections
+import collections.abc
 import ctypes
 import math
 import os
+import tempfile
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import ArgumentTypeError, UnknownKeyError, _check
+from ._errors import ArgumentTypeError, StateDictError, UnknownKeyError, _check
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import _INT64, _converting, _destroy, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out
+from ._util import (_INT64, _converting, _destroy, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+                    _st_read, _st_write)
+
+_NBT = 'num_batches_tracked'
+
+IncompatibleKeys = collections.namedtuple('IncompatibleKeys', ['missing_keys', 'unexpected_keys'])
+IncompatibleKeys.__doc__ = ('What load_state_dict(sd, strict=False) returns, as PyTorch\'s '
+                            'torch.nn.modules.module._IncompatibleKeys: the keys sd lacks and those the model lacks.')
+
+
+def _with_nbt(tensors):
+    """libdp's weights in PyTorch's state_dict order, with the
+    num_batches_tracked (int64, 0-d) PyTorch keeps beside each batch norm's
+    running statistics: dp keeps no count, so it is 0."""
+    np = _np()
+    out = collections.OrderedDict()
+    for name, a in tensors.items():
+        out[name] = a
+        if name == 'running_var' or name.endswith('.running_var'):
+            out[name[:-len('running_var')] + _NBT] = np.array(0, np.int64)
+    return out
+
+
+def _sorted_by_module(tensors, param_names):
+    # libdp writes parameters, then buffers; PyTorch lists each module's
+    # parameters and then its buffers, module by module.
+    order = {}
+    for n in list(param_names) + list(tensors):
+        order.setdefault(n.rpartition('.')[0], len(order))
+    pos = {n: i for i, n in enumerate(tensors)}
+    return collections.OrderedDict((n, tensors[n]) for n in
+                                   sorted(tensors, key=lambda n: (order[n.rpartition('.')[0]], pos[n])))
+
+
+def _fail_keys(what, missing, unexpected):
+    msg = f'Error(s) in loading state_dict for {what}:'
+    if missing:
+        msg += '\n\tMissing key(s) in state_dict: ' + ', '.join(f'"{k}"' for k in missing) + '.'
+    if unexpected:
+        msg += '\n\tUnexpected key(s) in state_dict: ' + ', '.join(f'"{k}"' for k in unexpected) + '.'
+    raise StateDictError(msg, missing_keys=missing, unexpected_keys=unexpected)
 
 
 def _is_json_text(s):
@@ -125,7 +168,115 @@ class Model:
         _check(_lib.model_load_safetensors(self._h, _path(path, 'load_safetensors: path')))
 
     def save_safetensors(self, path):
+        """libdp's weights file: parameters and buffers (no num_batches_tracked)."""
         _check(_lib.model_save_safetensors(self._h, _path(path, 'save_safetensors: path')))
+
+    def save_weights(self, path):
+        """The weights for PyTorch in one call: a safetensors file of exactly
+        the keys torch's state_dict() has for the same architecture
+        (parameters, buffers, num_batches_tracked = 0), no optimizer state:
+        torch_model.load_state_dict(safetensors.torch.load_file(path)) takes
+        it with strict=True. Written atomically."""
+        p = os.fsdecode(_path(path, 'save_weights: path'))
+        self.save_safetensors(p)
+        tensors, _ = _st_read(p)
+        if any(n == 'running_var' or n.endswith('.running_var') for n in tensors):
+            tmp = p + '.tmp-dp-save-weights'
+            try:
+                _st_write(tmp, _with_nbt(tensors))
+                os.replace(tmp, p)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+
+    load_weights = load_safetensors
+
+    def state_dict(self):
+        """{name: NumPy array} (copies) with PyTorch's names and order:
+        parameters ("0.weight"), buffers ("1.running_mean") and each batch
+        norm's num_batches_tracked (0: dp keeps no count)."""
+        with tempfile.TemporaryDirectory(prefix='dp-state-') as d:
+            p = os.path.join(d, 'weights.safetensors')
+            self.save_safetensors(p)
+            tensors, _ = _st_read(p)
+        return _with_nbt(_sorted_by_module(tensors, [n for n, _ in self.parameter_info()]))
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copies a state_dict's arrays (NumPy, dp or torch CPU tensors, lists)
+        into the parameters and buffers, as PyTorch's load_state_dict:
+        strict=True raises dp.StateDictError (a RuntimeError) naming missing
+        and unexpected keys; strict=False loads the keys both have and returns
+        IncompatibleKeys(missing_keys, unexpected_keys). A shape mismatch
+        raises either way. num_batches_tracked is accepted and ignored (dp
+        keeps no count), and not required. Nothing changes when it raises."""
+        return self._load_state_dict(state_dict, strict, '', type(self).__name__)
+
+    def _load_state_dict(self, state_dict, strict, prefix, what):
+        np = _np()
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise ArgumentTypeError(f'load_state_dict: expected a dict of arrays, got {type(state_dict).__name__}')
+        cur = self.state_dict()
+        given = {}
+        for k in state_dict:
+            if not isinstance(k, str):
+                raise ArgumentTypeError(f'load_state_dict: keys must be str, got {type(k).__name__} {k!r}')
+            if k.startswith(prefix):
+                given[k[len(prefix):]] = k
+        unexpected = [k for k in state_dict if not k.startswith(prefix) or k[len(prefix):] not in cur]
+        missing = [prefix + k for k in cur if k not in given and not k.endswith(_NBT)]
+        if strict and (missing or unexpected):
+            _fail_keys(what, missing, unexpected)
+        out = collections.OrderedDict()
+        for k, v in cur.items():
+            if k.endswith(_NBT):
+                continue
+            if k in given:
+                src = state_dict[given[k]]
+                if hasattr(src, 'detach') and hasattr(src, 'cpu'):  # a torch tensor
+                    src = src.detach().cpu()
+                with _converting(f'load_state_dict: {prefix + k!r} ({type(src).__name__}) as float32'):
+                    a = np.asarray(src, dtype=np.float32)
+                if a.shape != v.shape:
+                    raise StateDictError(f'Error(s) in loading state_dict for {what}:\n\tsize mismatch for '
+                                         f'{prefix + k}: copying a param with shape {tuple(a.shape)} from checkpoint, '
+                                         f'the shape in current model is {tuple(v.shape)}.')
+                v = a
+            out[k] = v
+        with tempfile.TemporaryDirectory(prefix='dp-state-') as d:
+            p = os.path.join(d, 'weights.safetensors')
+            _st_write(p, out)
+            self.load_safetensors(p)
+        return IncompatibleKeys(missing, unexpected)
+
+
+def _device_ids(ids):
+    # PyTorch's device_ids: ints are cuda:i; dp's names ("cpu:0") pass as they are.
+    if hasattr(ids, '__index__') or isinstance(ids, (str, bytes)):
+        ids = [ids]
+    if not hasattr(ids, '__iter__'):
+        raise ArgumentTypeError(f'device_ids must be a list of ints (cuda:i, as PyTorch) or device names '
+                                f'("cpu:0"), not {type(ids).__name__} {ids!r}')
+    out = []
+    for d in ids:
+        if hasattr(d, '__index__') and not isinstance(d, bool):
+            out.append(f'cuda:{_int(d, "device_ids")}')
+        elif isinstance(d, (str, bytes)):
+            out.append(d.decode('utf-8', 'replace') if isinstance(d, bytes) else d)
+        else:
+            raise ArgumentTypeError(f'device_ids: {d!r} ({type(d).__name__}) is not an int (cuda:i) or a device '
+                                    f'name ("cpu:0")')
+    if not out:
+        raise ArgumentTypeError('device_ids is empty: name at least one device')
+    return ','.join(out)
+
+
+def _either_devices(fn, devices, device_ids):
+    if device_ids is None:
+        return 'auto' if devices is None else devices
+    if devices is not None:
+        raise ArgumentTypeError(f'{fn}: give devices= or device_ids=, not both (devices={devices!r}, '
+                                f'device_ids={device_ids!r})')
+    return _device_ids(device_ids)
 
 
 def _devices(devices):
@@ -157,7 +308,8 @@ class DataParallel:
     core), "cpu:0,cpu:1", a list of names, or a count. Calling it runs the
     forward pass (scatter, parallel replicas, gather)."""
 
-    def __init__(self, model, devices='auto'):
+    def __init__(self, model, devices=None, device_ids=None):
+        devices = _either_devices('DataParallel', devices, device_ids)
         if not isinstance(model, Model):
             model = Model(model)
         h = ctypes.c_void_p()
@@ -168,6 +320,25 @@ class DataParallel:
 
     def __del__(self):
         _destroy(self, _lib.group_destroy if _lib else None)
+
+    @property
+    def module(self):
+        """The wrapped dp.Model, as nn.DataParallel's .module."""
+        return self.model
+
+    def state_dict(self):
+        """The model's state_dict with PyTorch's "module." prefix, as
+        nn.DataParallel's (self.module.state_dict() has the plain names)."""
+        return collections.OrderedDict(('module.' + k, v) for k, v in self.model.state_dict().items())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """As Model.load_state_dict, with the keys "module."-prefixed as
+        state_dict() writes them (nn.DataParallel's)."""
+        return self.model._load_state_dict(state_dict, strict, 'module.', type(self).__name__)
+
+    def save_weights(self, path):
+        """self.module.save_weights(path): plain names, for the unwrapped torch model."""
+        self.model.save_weights(path)
 
     @property
     def num_devices(self):
@@ -272,3 +443,21 @@ class DataParallel:
 
 
 Group = DataParallel
+
+
+def save_weights(model, path):
+    """The weights of a dp.Model (or a DataParallel's .module) as a
+    safetensors file that torch_model.load_state_dict(safetensors.torch.load_file(path))
+    takes with strict=True: no optimizer state, plain names."""
+    if isinstance(model, DataParallel):
+        model = model.model
+    _handle(model, Model, 'save_weights: model')
+    model.save_weights(path)
+
+
+def load_weights(model, path):
+    """Loads a weights file (save_weights's, or safetensors.torch.save_file(torch_model.state_dict(), path))."""
+    if isinstance(model, DataParallel):
+        model = model.model
+    _handle(model, Model, 'load_weights: model')
+    model.load_safetensors(path)

@@ -1,11 +1,16 @@
 """Optimizers over a group's model: dp.Optimizer from a config, and SGD,
 Adam and AdamW with PyTorch's names."""
 import ctypes
+import json as _json
+import os
+import tempfile
 
 from . import _lib
-from ._errors import _check
+from ._errors import ArgumentTypeError, StateDictError, UnsupportedError, _check
 from ._model import DataParallel
-from ._util import _converting, _destroy, _float, _handle, _json_text
+from ._util import _converting, _destroy, _float, _handle, _json_text, _np, _st_read, _st_write
+
+_PREFIX = 'optimizer.'
 
 
 class Optimizer:
@@ -20,6 +25,10 @@ class Optimizer:
         h = ctypes.c_void_p()
         _check(_lib.optimizer_create(g, text, ctypes.byref(h)))
         self._h, self.group = h, group
+        try:
+            self._config = _json.loads(text.decode())
+        except ValueError:  # libdp took it, so it is JSON; keep going without the hyperparameters
+            self._config = {}
 
     def __del__(self):
         _destroy(self, _lib.optimizer_destroy if _lib else None)
@@ -38,7 +47,119 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value):
+        """With a schedule: its base learning rate."""
         _check(_lib.optimizer_set_lr(self._h, _float(value, 'lr')))
+
+    def set_lr_schedule(self, schedule):
+        """A learning-rate schedule computed per step as PyTorch's schedulers
+        do (dp_optimizer_set_lr_schedule), e.g. {"type": "cosine_warmup",
+        "warmup_steps": 100, "total_steps": 1000}; also "linear", "step",
+        "multistep", "cosine", "onecycle". None removes it."""
+        text = None if schedule is None else _json_text(schedule, 'lr schedule').encode()
+        _check(_lib.optimizer_set_lr_schedule(self._h, text))
+        return self
+
+    # -- state_dict: libdp exposes the optimizer's state only through
+    # checkpoints, so these go through a temporary checkpoint file.
+    def _checkpoint(self, d):
+        if self.group.global_devices[0] != self.group.num_devices:
+            raise UnsupportedError('Optimizer.state_dict/load_state_dict: not for a DistributedDataParallel (only '
+                                   'rank 0 writes checkpoints); use dp.save_checkpoint / dp.load_checkpoint')
+        p = os.path.join(d, 'optimizer.safetensors')
+        _check(_lib.checkpoint_save(os.fsencode(p), self.group._h, self._h, None, None))
+        tensors, meta = _st_read(p)
+        return p, tensors, meta
+
+    def _param_names(self):
+        return [n for n, _ in self.group.model.parameter_info()]
+
+    @property
+    def param_groups(self):
+        """[{hyperparameters..., "lr": the current lr, "params": [0, 1, ...]}] (one group, as PyTorch's; a
+        copy: set the lr through .lr)."""
+        g = {k: v for k, v in self._config.items() if k != 'type'}
+        g['lr'] = self.lr
+        g['params'] = list(range(len(self._param_names())))
+        return [g]
+
+    def state_dict(self):
+        """PyTorch's layout: {"state": {param index: {"momentum_buffer" (SGD) or
+        "exp_avg", "exp_avg_sq" (Adam, AdamW): NumPy arrays, "step": float32
+        0-d}}, "param_groups": [...]}; "state" is empty before the first step,
+        as PyTorch's. Parameter indices follow Model.parameter_info()."""
+        np = _np()
+        names = self._param_names()
+        index = {n: i for i, n in enumerate(names)}
+        with tempfile.TemporaryDirectory(prefix='dp-optim-') as d:
+            _, tensors, meta = self._checkpoint(d)
+        steps = int(meta.get('optimizer_steps', '0'))
+        state = {}
+        if steps:
+            for k, a in tensors.items():
+                if k.startswith(_PREFIX):
+                    kind, name = k[len(_PREFIX):].split('.', 1)
+                    state.setdefault(index[name], {})[kind] = a
+            for i in range(len(names)):
+                state.setdefault(i, {})['step'] = np.array(float(steps), np.float32)
+        return {'state': state, 'param_groups': self.param_groups}
+
+    def load_state_dict(self, state_dict):
+        """Restores what state_dict() returned (of an optimizer of the same type
+        over the same architecture): the state, the step count, and the lr.
+        dp.StateDictError (a RuntimeError) for one that does not fit; nothing
+        changes then."""
+        np = _np()
+        if not isinstance(state_dict, dict) or 'state' not in state_dict or 'param_groups' not in state_dict:
+            raise ArgumentTypeError('Optimizer.load_state_dict: expected a dict with "state" and "param_groups" '
+                                    '(what state_dict() returns)')
+        names = self._param_names()
+        groups = state_dict['param_groups']
+        if len(groups) != 1 or len(groups[0].get('params', ())) != len(names):
+            raise StateDictError(f'loaded state dict has {len(groups)} parameter group(s) of '
+                                 f'{[len(g.get("params", ())) for g in groups]} parameters; this optimizer has one '
+                                 f'group of {len(names)}')
+        pos = {p: i for i, p in enumerate(groups[0]['params'])}
+        state = {pos.get(k, k): v for k, v in state_dict['state'].items()}
+        with tempfile.TemporaryDirectory(prefix='dp-optim-') as d:
+            p, tensors, meta = self._checkpoint(d)
+            kinds = sorted({k[len(_PREFIX):].split('.', 1)[0] for k in tensors if k.startswith(_PREFIX)})
+            steps = 0
+            for i, st in state.items():
+                if not isinstance(i, int) or not 0 <= i < len(names):
+                    raise StateDictError(f'loaded state dict has state for parameter {i!r}; this optimizer has '
+                                         f'parameters 0 to {len(names) - 1}')
+                extra = sorted(set(st) - set(kinds) - {'step'})
+                if extra:
+                    raise StateDictError(f'loaded state dict has state {extra} for parameter {i}, which a '
+                                         f'{meta.get("optimizer_type")} optimizer does not keep (it keeps {kinds})')
+                if 'step' in st:
+                    steps = max(steps, int(np.asarray(st['step']).reshape(())))
+            for k in list(tensors):
+                if not k.startswith(_PREFIX):
+                    continue
+                kind, name = k[len(_PREFIX):].split('.', 1)
+                st = state.get(names.index(name))
+                if not st:
+                    tensors[k] = np.zeros_like(tensors[k])
+                    continue
+                if kind not in st:
+                    raise StateDictError(f'loaded state dict has no "{kind}" for parameter {names.index(name)} '
+                                         f'("{name}")')
+                src = st[kind]
+                if hasattr(src, 'detach') and hasattr(src, 'cpu'):
+                    src = src.detach().cpu()
+                with _converting(f'Optimizer.load_state_dict: {kind} of "{name}" as float32'):
+                    a = np.asarray(src, dtype=np.float32)
+                if a.shape != tensors[k].shape:
+                    raise StateDictError(f'size mismatch for {kind} of parameter {names.index(name)} ("{name}"): '
+                                         f'{tuple(a.shape)} in the state dict, {tuple(tensors[k].shape)} here')
+                tensors[k] = a
+            meta['optimizer_steps'] = str(steps if state else 0)
+            _st_write(p, tensors, meta)
+            _check(_lib.checkpoint_load(os.fsencode(p), self.group._h, self._h, None))
+        lr = groups[0].get('lr')
+        if lr is not None and lr != self.lr:
+            self.lr = lr
 
 
 def _opt_class(kind, doc):

@@ -127,7 +127,27 @@ class Tensor:
         return bool(b.value)
 
     def __repr__(self):
-        return f'dp.Tensor(shape={self.shape}, dtype={self.dtype}{", borrowed" if self.is_borrowed else ""})'
+        """As torch's: the values (summarised past 6 per dimension, 3 from each
+        end), then shape, dtype and device; reads the elements in place."""
+        if getattr(self, '_h', None) is None:
+            return 'dp.Tensor(<destroyed>)'
+        shape, dtype = self.shape, self.dtype
+        tail = f'shape={shape}, dtype={dtype}, device=\'cpu\'{", borrowed" if self.is_borrowed else ""})'
+        np = _np_or_none()
+        if np is None:
+            return 'dp.Tensor(' + tail
+        a = self.numpy(copy=not HAVE_ZERO_COPY)
+        try:
+            if a.dtype.kind == 'f':
+                text = np.array2string(a, separator=', ', threshold=6, edgeitems=3, precision=4,
+                                       floatmode='maxprec_equal', prefix='dp.Tensor(')
+            else:
+                text = np.array2string(a, separator=', ', threshold=6, edgeitems=3, prefix='dp.Tensor(')
+        finally:
+            del a  # the view goes: the tensor is not counted as viewed (DataLoader may refill it)
+        return f'dp.Tensor({text}, {tail}'
+
+    __str__ = __repr__
 
     # -- NumPy out
     def numpy(self, copy=False):

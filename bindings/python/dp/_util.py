@@ -126,3 +126,48 @@ def _destroy(obj, fn):
     obj._h = None
     if h is not None and h.value and fn is not None:
         fn(h)
+
+
+# safetensors, read and written here only around libdp's own files (state_dict,
+# optimizer state): the format is an 8-byte little-endian header size, a JSON
+# header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, and
+# the tensors' bytes back to back.
+_ST_DTYPES = {'F32': '<f4', 'I64': '<i8', 'F64': '<f8'}
+
+
+def _st_read(path):
+    """(tensors {name: array} in file order, metadata {str: str})."""
+    np = _np()
+    with open(path, 'rb') as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], 'little')
+    header = _json.loads(raw[8:8 + n].decode())
+    meta = header.pop('__metadata__', {}) or {}
+    base, out = 8 + n, {}
+    for name, e in sorted(header.items(), key=lambda kv: kv[1]['data_offsets'][0]):
+        b, end = e['data_offsets']
+        out[name] = np.frombuffer(raw, _ST_DTYPES[e['dtype']], (end - b) // np.dtype(_ST_DTYPES[e['dtype']]).itemsize,
+                                  base + b).reshape(e['shape']).copy()
+    return out, meta
+
+
+def _st_write(path, tensors, metadata=None):
+    """Writes {name: array} (float32 or int64, in order) as safetensors."""
+    np = _np()
+    header, blobs, at = {}, [], 0
+    if metadata:
+        header['__metadata__'] = {str(k): str(v) for k, v in metadata.items()}
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        code = {'float32': 'F32', 'int64': 'I64', 'float64': 'F64'}[a.dtype.name]
+        b = a.astype(_ST_DTYPES[code], copy=False).tobytes()
+        header[name] = {'dtype': code, 'shape': list(a.shape), 'data_offsets': [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    text = _json.dumps(header, separators=(',', ':')).encode()
+    text += b' ' * (-len(text) % 8)
+    with open(path, 'wb') as f:
+        f.write(len(text).to_bytes(8, 'little'))
+        f.write(text)
+        for b in blobs:
+            f.write(b)

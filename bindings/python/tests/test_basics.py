@@ -154,3 +154,20 @@ def test_context_memory_limit_and_model_plugins(tmp_path):
         dp.Model(f)
     with pytest.raises(dp.PluginError, match='cannot load plugin'):
         dp.Model(f, ctx=dp.Context(allow_model_plugins=True))
+
+
+def test_lr_schedule():
+    net = dp.DataParallel(dp.Model(MLP), devices='cpu:0')
+    opt = dp.SGD(net, lr=0.1)
+    opt.set_lr_schedule({'type': 'step', 'step_size': 2, 'gamma': 0.5})
+    x = np.ones((4, 5), np.float32)
+    y = np.array([0, 1, 2, 0], np.int64)
+    lrs = []
+    for _ in range(5):
+        net.train_step(opt, x, y)
+        lrs.append(opt.lr)
+    assert lrs == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.025])  # StepLR, per step
+    with pytest.raises(dp.ModelError, match="unknown lr schedule 'nope'"):
+        opt.set_lr_schedule({'type': 'nope'})
+    opt.set_lr_schedule(None)
+    assert opt.lr == 0.1

@@ -1,0 +1,282 @@
+"""What a PyTorch user expects of the Python API (issue 15): state_dict /
+load_state_dict on models and optimizers, DataParallel's .module and
+device_ids=, the loop variables after a DataLoader loop, weights saved for
+torch in one call, and Tensor's repr."""
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dp
+
+ROOT = os.environ.get('DP_SOURCE_ROOT', os.path.normpath(os.path.join(os.path.dirname(__file__), '..', '..', '..')))
+MLP_BN = os.path.join(ROOT, 'examples', 'fashion_mnist_mlp.json')  # flatten, linear, batch_norm, relu, ...
+SMALL = {'input': {'shape': [4]}, 'seed': 1, 'loss': {'type': 'cross_entropy'},
+         'layers': [{'type': 'linear', 'out_features': 6}, {'type': 'batch_norm'}, {'type': 'relu'},
+                    {'type': 'linear', 'out_features': 3}]}
+TORCH = next((p for p in (os.environ.get('DP_TORCH_PYTHON'), '/tmp/torchenv/bin/python',
+                          '/root/.cache/dp-torch/bin/python') if p and os.path.exists(p)), None)
+
+
+def batch(n=8, seed=0):
+    r = np.random.default_rng(seed)
+    return r.standard_normal((n, 4)).astype(np.float32), (np.arange(n) % 3).astype(np.int64)
+
+
+# -- 1. state_dict / load_state_dict
+
+def test_model_state_dict_names_as_pytorch():
+    m = dp.Model(MLP_BN)
+    sd = m.state_dict()
+    assert list(sd) == ['1.weight', '1.bias', '2.weight', '2.bias', '2.running_mean', '2.running_var',
+                        '2.num_batches_tracked', '4.weight', '4.bias', '5.weight', '5.bias', '5.running_mean',
+                        '5.running_var', '5.num_batches_tracked', '7.weight', '7.bias']
+    assert sd['1.weight'].shape == (256, 784) and sd['1.weight'].dtype == np.float32
+    assert sd['2.num_batches_tracked'].dtype == np.int64 and sd['2.num_batches_tracked'].shape == ()
+    params = m.named_parameters()
+    for k, v in params.items():
+        assert np.array_equal(sd[k], v)
+    assert np.array_equal(np.concatenate([sd['2.running_mean'], sd['2.running_var'], sd['5.running_mean'],
+                                          sd['5.running_var']]), m.buffers())
+
+
+def test_model_load_state_dict_round_trip_and_strict():
+    a, b = dp.Model(SMALL), dp.Model(dict(SMALL, seed=2))
+    net = dp.DataParallel(a, 1)
+    opt = dp.SGD(net, lr=0.1)
+    x, y = batch()
+    net.train_step(opt, x, y)  # buffers move away from 0 / 1
+    sd = a.state_dict()
+    assert b.load_state_dict(sd) == dp.IncompatibleKeys([], [])
+    got = b.state_dict()
+    assert all(np.array_equal(got[k], sd[k]) for k in sd)
+    # The group sees the loaded weights.
+    nb = dp.DataParallel(b, 1).eval()
+    net.eval()
+    assert np.array_equal(nb(x).numpy(), net(x).numpy())
+
+    before = b.state_dict()
+    bad = dict(sd)
+    del bad['0.bias']
+    bad['9.weight'] = np.zeros(3, np.float32)
+    with pytest.raises(dp.StateDictError) as e:
+        b.load_state_dict(bad)
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, dp.Error)
+    assert e.value.missing_keys == ['0.bias'] and e.value.unexpected_keys == ['9.weight']
+    assert '"0.bias"' in str(e.value) and '"9.weight"' in str(e.value)
+    assert all(np.array_equal(b.state_dict()[k], before[k]) for k in before)  # unchanged
+
+    bad['0.weight'] = sd['0.weight'] * 0 + 7
+    r = b.load_state_dict(bad, strict=False)
+    assert r.missing_keys == ['0.bias'] and r.unexpected_keys == ['9.weight']
+    missing_keys, unexpected_keys = r  # a NamedTuple, as PyTorch's _IncompatibleKeys
+    assert np.all(b.state_dict()['0.weight'] == 7) and np.array_equal(b.state_dict()['0.bias'], before['0.bias'])
+
+    # num_batches_tracked is optional (dp keeps no count).
+    no_nbt = {k: v for k, v in sd.items() if not k.endswith('num_batches_tracked')}
+    assert b.load_state_dict(no_nbt) == ([], [])
+
+
+def test_shape_mismatch_raises_even_when_not_strict():
+    m = dp.Model(SMALL)
+    sd = m.state_dict()
+    sd['0.weight'] = np.zeros((6, 5), np.float32)
+    for strict in (True, False):
+        with pytest.raises(dp.StateDictError, match='size mismatch for 0.weight'):
+            m.load_state_dict(sd, strict=strict)
+
+
+def test_data_parallel_state_dict_has_module_prefix():
+    m = dp.Model(SMALL)
+    net = dp.DataParallel(m, 1)
+    sd = net.state_dict()
+    assert all(k.startswith('module.') for k in sd) and 'module.0.weight' in sd
+    sd['module.0.weight'] = sd['module.0.weight'] + 1
+    net.load_state_dict(sd)
+    assert np.array_equal(m.state_dict()['0.weight'], sd['module.0.weight'])
+    with pytest.raises(dp.StateDictError):
+        net.load_state_dict(m.state_dict())  # plain names: every key missing and unexpected, as PyTorch
+
+
+@pytest.mark.parametrize('kind', ['sgd', 'adam'])
+def test_optimizer_state_dict_resumes_exactly(kind):
+    def make(seed):
+        m = dp.Model(dict(SMALL, seed=seed))
+        net = dp.DataParallel(m, 1)
+        opt = dp.SGD(net, lr=0.1, momentum=0.9) if kind == 'sgd' else dp.Adam(net, lr=0.01)
+        return m, net, opt
+
+    m, net, opt = make(1)
+    assert opt.state_dict()['state'] == {}  # before the first step, as PyTorch's
+    x, y = batch()
+    for _ in range(3):
+        net.train_step(opt, x, y)
+    sd = opt.state_dict()
+    assert sd['param_groups'][0]['params'] == [0, 1, 2, 3, 4, 5] and sd['param_groups'][0]['lr'] == opt.lr
+    names = {'sgd': {'momentum_buffer', 'step'}, 'adam': {'exp_avg', 'exp_avg_sq', 'step'}}[kind]
+    assert set(sd['state']) == set(range(6)) and all(set(s) == names for s in sd['state'].values())
+    assert sd['state'][0]['step'] == 3 and sd['state'][0][sorted(names)[0]].shape == (6, 4)
+
+    m2, net2, opt2 = make(7)
+    opt2.lr = 0.5
+    m2.load_state_dict(m.state_dict())
+    opt2.load_state_dict(sd)
+    assert opt2.lr == opt.lr
+    for _ in range(2):
+        assert net.train_step(opt, x, y) == net2.train_step(opt2, x, y)
+    assert np.array_equal(m.parameters(), m2.parameters())
+
+    bad = {'state': {0: dict(sd['state'][0], bogus=np.zeros(1))}, 'param_groups': sd['param_groups']}
+    with pytest.raises(dp.StateDictError, match='bogus'):
+        opt2.load_state_dict(bad)
+    bad = {'state': {0: {k: np.zeros(3, np.float32) if k != 'step' else v for k, v in sd['state'][0].items()}},
+           'param_groups': sd['param_groups']}
+    with pytest.raises(dp.StateDictError, match='size mismatch'):
+        opt2.load_state_dict(bad)
+
+
+# -- 2. DataParallel(...).module, device_ids=
+
+def test_module_and_device_ids():
+    m = dp.Model(SMALL)
+    net = dp.DataParallel(m, device_ids=['cpu:0', 'cpu:1'])
+    assert net.module is m and net.num_devices == 2
+    assert dp.DataParallel(m, device_ids='cpu:0').num_devices == 1
+    from dp._model import _device_ids
+    assert _device_ids([0, 1]) == 'cuda:0,cuda:1' and _device_ids(0) == 'cuda:0'
+    assert _device_ids([1, 'cpu:0']) == 'cuda:1,cpu:0'
+    with pytest.raises(dp.ArgumentTypeError, match='not both'):
+        dp.DataParallel(m, devices='cpu:0', device_ids=['cpu:0'])
+    with pytest.raises(TypeError):
+        dp.DataParallel(m, device_ids=[1.5])
+    if not dp.device_count('cuda'):
+        with pytest.raises(dp.DeviceError):
+            dp.DataParallel(m, device_ids=[0])  # cuda:0, as PyTorch's
+    assert dp.DataParallel(m, 1).num_devices == 1  # devices= positional, as before
+
+
+# -- 3. the loop variables after `for x, y in loader`
+
+def test_loop_variables_hold_the_last_batch():
+    xs = np.arange(70, dtype=np.float32).reshape(35, 2)
+    ys = np.arange(35)
+    loader = dp.DataLoader(dp.Dataset.from_arrays(xs, ys), batch_size=10, shuffle=True, seed=3)
+    for epoch in range(2):
+        seen, objs = [], set()
+        for x, y in loader:
+            seen.append(y.numpy(copy=True))
+            objs.add(id(x))
+        assert x.shape == (5, 2) and y.shape == (5,)
+        assert np.array_equal(y.numpy(), seen[-1]) and np.array_equal(x.numpy(), xs[seen[-1]])
+        del x, y
+        gc.collect()
+        assert len(objs) <= 2  # two pairs take turns: no allocation per batch
+    # next_batch: None at the end leaves the last batch alone too.
+    b = loader.next_batch()
+    while True:
+        n = loader.next_batch()
+        if n is None:
+            break
+        b = n
+    assert b[0].shape == (5, 2)
+
+
+def test_kept_batches_are_not_refilled():
+    xs = np.arange(70, dtype=np.float32).reshape(35, 2)
+    loader = dp.DataLoader(dp.Dataset.from_arrays(xs, np.arange(35)), batch_size=10)
+    kept = [(x, y) for x, y in loader]
+    assert [b[1].numpy().tolist() for b in kept] == [list(range(i, min(i + 10, 35))) for i in range(0, 35, 10)]
+
+
+# -- 4. weights for PyTorch in one call
+
+def test_save_weights_has_exactly_torchs_keys(tmp_path):
+    from dp._util import _st_read
+    m = dp.Model(MLP_BN)
+    net = dp.DataParallel(m, 1)
+    for p, saver in ((tmp_path / 'a.safetensors', lambda p: m.save_weights(p)),
+                     (tmp_path / 'b.safetensors', lambda p: dp.save_weights(net, p))):
+        saver(p)
+        tensors, meta = _st_read(p)
+        assert list(tensors) == list(m.state_dict()) or set(tensors) == set(m.state_dict())
+        assert not any(k.startswith('optimizer.') for k in tensors)
+        assert tensors['2.num_batches_tracked'].dtype == np.int64
+        m2 = dp.Model(MLP_BN)
+        dp.load_weights(m2, p)  # dp reads what it wrote for torch
+        assert np.array_equal(m2.parameters(), m.parameters()) and np.array_equal(m2.buffers(), m.buffers())
+
+
+TORCH_SCRIPT = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, safetensors.torch
+import dp
+path = sys.argv[2]
+m = dp.Model(sys.argv[3])
+net = dp.DataParallel(m, 1)
+opt = dp.SGD(net, lr=0.1, momentum=0.9)
+x = torch.randn(16, 1, 28, 28)
+y = torch.arange(16) % 10
+net.train_step(opt, x.numpy(), y.numpy())
+dp.save_weights(m, path)
+t = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.BatchNorm1d(256), torch.nn.ReLU(),
+                        torch.nn.Linear(256, 128), torch.nn.BatchNorm1d(128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+t.load_state_dict(safetensors.torch.load_file(path), strict=True)
+t.eval(); net.eval()
+ref = t(x).detach().numpy()
+out = net(x.numpy()).numpy()
+assert abs(ref - out).max() < 1e-4, abs(ref - out).max()
+# And back: torch's state_dict loads into a dp model (strict).
+m.load_state_dict({k: v.numpy() for k, v in t.state_dict().items()})
+print('torch ok')
+'''
+
+
+def _torch_python():
+    try:
+        import safetensors.torch  # noqa: F401
+        import torch  # noqa: F401
+        return sys.executable
+    except ImportError:
+        return TORCH
+
+
+@pytest.mark.skipif(_torch_python() is None, reason='no PyTorch with safetensors (in this interpreter or at '
+                    'DP_TORCH_PYTHON, /tmp/torchenv, /root/.cache/dp-torch)')
+def test_save_weights_loads_into_torch_strict(tmp_path):
+    r = subprocess.run([_torch_python(), '-c', TORCH_SCRIPT,
+                        os.path.dirname(os.path.dirname(os.path.abspath(dp.__file__))),
+                        str(tmp_path / 'w.safetensors'), MLP_BN], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and 'No module named' in r.stderr:
+        pytest.skip(r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr
+    assert 'torch ok' in r.stdout
+
+
+# -- 5. repr, and the zero-copy ways out stay zero-copy
+
+def test_tensor_repr():
+    t = dp.tensor([[1.0, 2.0], [3.0, 4.5]])
+    r = repr(t)
+    assert r.startswith('dp.Tensor([[1.') and '4.5' in r and 'shape=(2, 2)' in r and 'dtype=float32' in r
+    assert "device='cpu'" in r and str(t) == r
+    big = dp.tensor(np.arange(10000).reshape(100, 100))
+    r = repr(big)
+    assert '...' in r and '9999' in r and 'dtype=int64' in r and len(r) < 1000
+    assert 'borrowed' in repr(dp.from_numpy(np.zeros(2, np.float32)))
+    assert 'shape=(0, 3)' in repr(dp.zeros((0, 3)))
+    assert len(t._exports) == 0 and len(big._exports) == 0  # repr leaves no view behind
+
+
+def test_zero_copy_round_trips_after_repr():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = dp.from_numpy(a)
+    repr(t)
+    assert np.asarray(t).ctypes.data == a.ctypes.data and t.numpy().ctypes.data == a.ctypes.data
+    u = dp.from_dlpack(t)
+    assert u.data_ptr == a.ctypes.data
+    v = np.from_dlpack(u) if hasattr(np, 'from_dlpack') else np.asarray(u)
+    assert v.ctypes.data == a.ctypes.data

@@ -44,7 +44,8 @@ TEST_CASE("batch_norm: gradients in training and eval modes, all input ranks and
   };
   for (auto& [j, s] : cases)
     for (bool training : {true, false}) {
-      CAPTURE(j.dump());
+      const std::string spec = j.dump();  // clang 14 cannot capture a structured binding in CAPTURE's lambda
+      CAPTURE(spec);
       CAPTURE(training);
       auto l = make_layer(j);
       Harness h(*l, {s});

@@ -94,7 +94,9 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   int lost = -1;
   std::string missing;
   std::vector<std::string> all = wait_ranks(base, &lost, &missing);
-  if (lost >= 0)
+  // A rank lost after it gave its value (it read the result, failed on it
+  // and exited) leaves a whole result: only a missing value is a failure.
+  if (!missing.empty() && lost >= 0)
     fail(DP_ERR_COMM, "rank " + std::to_string(lost) + " died or left before every rank reached this step of setting up "
                       "(the store at " + store_->address() + " saw its connection close)");
   if (!missing.empty())

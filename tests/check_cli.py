@@ -120,6 +120,13 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('eval', 'mlp.json', 'mlp.json', '--data', 'synthetic:64')
     expect(r.returncode == 2, 'eval of a non-checkpoint exits 2', r.stderr)
 
+    # --lr-schedule takes a schedule's JSON; a bad one exits 2 naming the key.
+    r = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule',
+            '{"type": "cosine_warmup", "warmup_steps": 5, "total_steps": 32}')
+    expect(r.returncode == 0, '--lr-schedule JSON trains', r.stderr)
+    r = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', '{"type": "step"}')
+    expect(r.returncode == 2 and '/step_size' in r.stderr, 'a bad --lr-schedule exits 2 naming the key', r.stderr)
+
     # --max-steps stops early (benchmarks), exit 0, no epoch completed.
     r = run('train', 'mlp.json', *common, '--epochs', '3', '--max-steps', '5')
     expect(r.returncode == 0 and last_json(r.stdout)['epochs'] == 0 and 'max-steps' in r.stderr, '--max-steps',

@@ -506,9 +506,8 @@ dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* json) {
   DP_CHECK_ARG(opt, "opt is NULL");
   std::unique_ptr<dp::LrSchedule> s;
   if (json && *json) s = dp::LrSchedule::from_json(json);
-  if (s && !opt->opt->schedule) opt->opt->base_lr = opt->opt->lr;  // the lr set so far is the base
   opt->opt->schedule = std::move(s);
-  if (!opt->opt->schedule) opt->opt->lr = opt->opt->base_lr ? opt->opt->base_lr : opt->opt->lr;
+  if (!opt->opt->schedule) opt->opt->lr = opt->opt->base_lr;  // none: the caller's lr again
   DP_GUARD_END
 }
 

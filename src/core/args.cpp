@@ -71,6 +71,14 @@ int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value)
   return v->get<int64_t>();
 }
 
+int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value, int64_t max_value) {
+  const json* v = get(key);
+  if (!v) return default_value;
+  if (!v->is_number_integer() || v->get<int64_t>() < min_value || v->get<int64_t>() > max_value)
+    bad(key, "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]", *v);
+  return v->get<int64_t>();
+}
+
 int64_t Args::required_integer(const char* key, int64_t min_value) {
   if (!has(key)) fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + at_least(min_value));
   return integer(key, 0, min_value);

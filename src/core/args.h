@@ -33,6 +33,8 @@ class Args {
 
   // Integers >= min_value; `required` ones throw when absent.
   int64_t integer(const char* key, int64_t default_value, int64_t min_value);
+  // An integer in [min_value, max_value].
+  int64_t integer(const char* key, int64_t default_value, int64_t min_value, int64_t max_value);
   int64_t required_integer(const char* key, int64_t min_value);
   // An integer or a list of two, as PyTorch's kernel_size=3 or (3, 5).
   std::array<int64_t, 2> pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value);

@@ -13,14 +13,14 @@ namespace dp {
 int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
   int64_t r = 0;
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
-    fail(DP_ERR_SHAPE, what + ": " + std::to_string(a) + " x " + std::to_string(b) + " elements is too large (over 2^63)");
+    fail(DP_ERR_SHAPE, what + ": " + std::to_string(a) + " x " + std::to_string(b) + " is too large (over 2^63)");
   return r;
 }
 
 int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
   int64_t r = 0;
   if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
-    fail(DP_ERR_SHAPE, what + ": " + std::to_string(a) + " + " + std::to_string(b) + " elements is too large (over 2^63)");
+    fail(DP_ERR_SHAPE, what + ": " + std::to_string(a) + " + " + std::to_string(b) + " is too large (over 2^63)");
   return r;
 }
 

@@ -50,8 +50,6 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
     : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)), global_(size()), rank_devices_{size()} {
   const size_t n = devices_.size();
   const bool distributed = procs && procs->world_size() > 1;
-  // Across processes, a rank whose devices fail says so to the others, so
-  // that every rank fails at once rather than at the time limit.
   // Per sample, each layer's output and its gradient; on CPUs, each
   // replica's gradients and statistics, checked before they are allocated.
   for (const Node& node : model_.nodes)
@@ -64,6 +62,8 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
                "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
                    std::to_string(model_.num_params() + model_.stats_total) + " floats)");
   }
+  // Across processes, a rank whose devices fail says so to the others, so
+  // that every rank fails at once rather than at the time limit.
   std::string failed;
   try {
     engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
@@ -256,7 +256,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
   // A replica given more rows than ever before allocates during the step:
   // the engine then updates nothing until every replica is done, so that a
   // failed allocation leaves parameters and optimizer state as they were.
-  seen_split_.resize(split_.size() > seen_split_.size() ? split_.size() : seen_split_.size(), 0);
+  seen_split_.resize(std::max(seen_split_.size(), split_.size()), 0);
   for (size_t r = 0; r < split_.size(); ++r) plan.grows = plan.grows || split_[r] > seen_split_[r];
   engine_->run(plan);
   for (size_t r = 0; r < split_.size(); ++r) seen_split_[r] = std::max(seen_split_[r], split_[r]);

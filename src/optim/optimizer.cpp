@@ -176,6 +176,7 @@ std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t
   else
     fail(DP_ERR_MODEL, "/type: unknown optimizer '" + type + "' (known: adam, adamw, sgd)");
   a.finish(type);
+  opt->base_lr = opt->lr;
   return opt;
 }
 

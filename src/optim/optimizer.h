@@ -50,6 +50,7 @@ class Optimizer {
   double lr = 0;
   // A schedule (null: none) sets lr = schedule->lr(base_lr, steps) as each
   // step starts: a function of the steps taken, which checkpoints hold.
+  // base_lr is the lr the caller gave (the JSON's, or the last set_lr).
   std::unique_ptr<LrSchedule> schedule;
   double base_lr = 0;
   int64_t steps = 0;

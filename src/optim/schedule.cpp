@@ -82,18 +82,18 @@ double LrSchedule::onecycle(int64_t step) const {
   struct Phase {
     double end, start_lr, end_lr;
   };
-  std::vector<Phase> phases;
-  if (three_phase_)
-    phases = {{pct_start_ * double(total_) - 1, initial, max_lr_},
-              {2 * pct_start_ * double(total_) - 2, max_lr_, initial},
-              {double(total_) - 1, initial, min_lr}};
-  else
-    phases = {{pct_start_ * double(total_) - 1, initial, max_lr_}, {double(total_) - 1, max_lr_, min_lr}};
+  // Computed as each step starts: a fixed array, no allocation per step.
+  const Phase three[3] = {{pct_start_ * double(total_) - 1, initial, max_lr_},
+                          {2 * pct_start_ * double(total_) - 2, max_lr_, initial},
+                          {double(total_) - 1, initial, min_lr}};
+  const Phase two[2] = {{pct_start_ * double(total_) - 1, initial, max_lr_}, {double(total_) - 1, max_lr_, min_lr}};
+  const Phase* phases = three_phase_ ? three : two;
+  const size_t count = three_phase_ ? 3 : 2;
   const double t = double(std::min<int64_t>(step, total_ - 1));  // after the cycle: its last value
   double begin = 0;
-  for (size_t i = 0; i < phases.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const Phase& p = phases[i];
-    if (t <= p.end || i + 1 == phases.size()) {
+    if (t <= p.end || i + 1 == count) {
       const double pct = (t - begin) / (p.end - begin);
       return cos_ ? p.end_lr + (p.start_lr - p.end_lr) / 2 * (std::cos(kPi * pct) + 1)
                   : (p.end_lr - p.start_lr) * pct + p.start_lr;

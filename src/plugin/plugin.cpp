@@ -148,15 +148,7 @@ int h_args_int(dp_plugin_args* a, const char* key, int64_t def, int64_t min, int
 int h_args_int_range(dp_plugin_args* a, const char* key, int64_t def, int64_t min, int64_t max, int64_t* out) {
   return args_call(a, key, [&] {
     if (max < min) fail(DP_ERR_PLUGIN, a->args->path_of(key) + ": args_int_range called with max < min");
-    const std::string range = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
-    const bool given = a->args->has(key);
-    int64_t v = def;
-    try {
-      v = a->args->integer(key, def, min);
-    } catch (const Error&) {
-      fail(DP_ERR_MODEL, a->args->path_of(key) + ": expected " + range + ", got " + json_brief(a->args->object()[key]));
-    }
-    if (given && v > max) fail(DP_ERR_MODEL, a->args->path_of(key) + ": expected " + range + ", got " + std::to_string(v));
+    int64_t v = a->args->integer(key, def, min, max);
     if (out) *out = v;
   });
 }

@@ -32,13 +32,16 @@ struct Shape {
   // numel(), or DP_ERR_SHAPE naming `what` when it overflows: for shapes
   // that come from outside (a model's JSON, a caller's tensor), before
   // anything is sized by them. Bytes of 8-byte elements still fit int64.
-  int64_t checked_numel(const std::string& what) const {
+  // (A const char* `what` builds no string unless it fails: Tensor::resize
+  // runs per layer per step.)
+  int64_t checked_numel(const char* what) const {
     int64_t n = 1;
     for (int i = 0; i < ndim; ++i)
       if (d[i] < 0 || __builtin_mul_overflow(n, d[i], &n) || n > (int64_t{1} << 59))
-        fail(DP_ERR_SHAPE, what + ": shape " + str() + " has too many elements (at most 2^59)");
+        fail(DP_ERR_SHAPE, std::string(what) + ": shape " + str() + " has too many elements (at most 2^59)");
     return n;
   }
+  int64_t checked_numel(const std::string& what) const { return checked_numel(what.c_str()); }
   // Elements per index of dim 0 (a sample, for batched tensors).
   int64_t inner() const {
     int64_t n = 1;

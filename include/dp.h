@@ -343,6 +343,20 @@ DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
  * DP_ERR_JSON / DP_ERR_MODEL (naming the key) for a bad schedule, which
  * leaves the optimizer's schedule as it was. */
 DP_API dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* json);
+/* torch.nn.utils.clip_grad_norm_(parameters, max_norm) before every step
+ * (dp_group_train_step's and dp_optimizer_step's): the global 2-norm of the
+ * gradients summed over every device (and process), the same for every
+ * split of the batch; above max_norm, the gradients are scaled in place by
+ * max_norm / (norm + 1e-6), computed in float32 as PyTorch does. 0 turns it
+ * off (the default); INFINITY measures the norm without clipping. A
+ * non-finite norm takes no step: DP_ERR_NUMERIC, parameters and optimizer
+ * state unchanged (a train step's gradients are left zero). In a process
+ * group every process must call it alike (checked: DP_ERR_INVALID_ARGUMENT). */
+DP_API dp_status dp_optimizer_set_clip_grad_norm(dp_optimizer* opt, double max_norm);
+/* The last step's gradient norm, before clipping (what clip_grad_norm_
+ * returns); 0 before the first. DP_ERR_INVALID_ARGUMENT when no norm is
+ * measured (clipping off). */
+DP_API dp_status dp_optimizer_grad_norm(const dp_optimizer* opt, double* norm);
 DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
 /* zero_grad, forward, the model's loss (reduced over the whole batch),
@@ -352,6 +366,16 @@ DP_API void dp_optimizer_destroy(dp_optimizer* opt);
  * leaves the parameters as they were. */
 DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,
                                      float* loss);
+/* Gradient accumulation, as PyTorch's (loss * loss_scale).backward(): forward,
+ * the model's loss over the whole batch, backward, and the gradients of
+ * loss_scale * loss ADDED into the model's (no zero_grad, no step; then
+ * dp_optimizer_step and dp_group_zero_grad). K batches with loss_scale 1/K
+ * give the gradients of one batch K times larger (up to rounding; dropout
+ * masks and batch-norm statistics are per batch, as in PyTorch). *loss (may
+ * be NULL) receives the unscaled batch loss. A NaN or infinite loss returns
+ * DP_ERR_NUMERIC and leaves the gradients as they were. */
+DP_API dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, const dp_tensor* target,
+                                           double loss_scale, float* loss);
 /* The model's loss without training (evaluation); *loss receives it, and
  * *correct (may be NULL) the number of rows whose arg-max equals the target
  * (cross_entropy only; 0 otherwise). */

@@ -503,6 +503,13 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
 
   // zero_grad, forward, loss, backward, optimizer step: the batch loss.
   inline float train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
+  // Gradient accumulation: forward, loss, backward of loss_scale * loss,
+  // the gradients added into the model's (no step): the unscaled loss.
+  float forward_backward(const Tensor& input, const Tensor& target, double loss_scale = 1.0) {
+    float loss = 0;
+    check(dp_group_forward_backward(get(), input.get(), target.get(), loss_scale, &loss));
+    return loss;
+  }
   // The loss without training, and the number of correct rows.
   Evaluation evaluate(const Tensor& input, const Tensor& target) {
     Evaluation e{0.0f, 0};
@@ -539,6 +546,14 @@ class Optimizer : public detail::Handle<dp_optimizer, dp_optimizer_destroy> {
   void set_lr(double lr) { check(dp_optimizer_set_lr(get(), lr)); }
   // dp_optimizer_set_lr_schedule: PyTorch's schedulers, per step ("" removes it).
   void set_lr_schedule(const std::string& json) { check(dp_optimizer_set_lr_schedule(get(), json.c_str())); }
+  // clip_grad_norm_ before every step (0: off; INFINITY: measure only).
+  void set_clip_grad_norm(double max_norm) { check(dp_optimizer_set_clip_grad_norm(get(), max_norm)); }
+  // The last step's gradient norm, before clipping.
+  double grad_norm() const {
+    double n = 0;
+    check(dp_optimizer_grad_norm(get(), &n));
+    return n;
+  }
 
  private:
   static dp_optimizer* create(Group& group, const std::string& json_config) {

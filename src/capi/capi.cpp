@@ -1,5 +1,6 @@
 // The C ABI (include/dp.h): argument checks, handle plumbing and error
 // translation only; the work is done by the C++ runtime.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -511,6 +512,26 @@ dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* json) {
   DP_GUARD_END
 }
 
+dp_status dp_optimizer_set_clip_grad_norm(dp_optimizer* opt, double max_norm) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  DP_CHECK_ARG(max_norm >= 0 && !std::isnan(max_norm), "max_norm must be >= 0 (0: off; infinity: measure only), got " +
+                                                            std::to_string(max_norm));
+  // Every process must clip alike, or their parameters would drift apart.
+  if (dp::ProcessGroup* pg = opt->group->group->process_group()) pg->check_same("clip_grad_norm", std::to_string(max_norm));
+  opt->opt->max_grad_norm = max_norm;
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_grad_norm(const dp_optimizer* opt, double* norm) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && norm, "opt and norm must not be NULL");
+  DP_CHECK_ARG(opt->opt->clips(), "no gradient norm is measured: set one with dp_optimizer_set_clip_grad_norm "
+                                  "(infinity measures without clipping)");
+  *norm = opt->opt->grad_norm;
+  DP_GUARD_END
+}
+
 void dp_optimizer_destroy(dp_optimizer* opt) { delete opt; }
 
 dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,
@@ -519,6 +540,15 @@ dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* i
   DP_CHECK_ARG(g && opt && input && target, "g, opt, input and target must not be NULL");
   DP_CHECK_ARG(opt->group == g, "the optimizer was created for another group");
   double l = g->group->train_step(*opt->opt, input->t, target->t);
+  if (loss) *loss = static_cast<float>(l);
+  DP_GUARD_END
+}
+
+dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, const dp_tensor* target, double loss_scale,
+                                   float* loss) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(g && input && target, "g, input and target must not be NULL");
+  double l = g->group->forward_backward(input->t, target->t, loss_scale);
   if (loss) *loss = static_cast<float>(l);
   DP_GUARD_END
 }

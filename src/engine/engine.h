@@ -26,7 +26,9 @@ namespace dp {
 // kForward: outputs gathered. kBackward: gradients of the last forward
 // summed over replicas, added into the model's by reduce(nullptr). kTrain:
 // forward, loss, backward; the model's gradients become this batch's (not
-// added to), and reduce(opt) steps. kEval: forward and loss, nothing changes.
+// added to), and reduce(opt) steps; without an optimizer (gradient
+// accumulation), they are summed as kBackward's, and reduce(nullptr) adds
+// them. kEval: forward and loss, nothing changes.
 enum class Job { kForward, kBackward, kTrain, kEval };
 
 // One run of a job, as the group planned it. Tensors are the host's, the
@@ -40,7 +42,7 @@ struct RunPlan {
   const Tensor* target = nullptr;       // kTrain, kEval
   const Tensor* grad_output = nullptr;  // kBackward
   Tensor* output = nullptr;             // kForward: resized by the group, filled here
-  // kTrain: the step's optimizer. An engine may apply it to each gradient
+  // kTrain: the step's optimizer, or null (accumulation). An engine may apply it to each gradient
   // bucket as soon as it is summed (while still in cache), but only once the
   // sum of the replicas' losses, in replica order, is known to be finite;
   // reduce(opt) then does what is left.

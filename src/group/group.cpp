@@ -160,7 +160,7 @@ void Group::check_target(const Tensor& target, int64_t batch) const {
                            model_.loss->type + " loss needs " + dtype_name(model_.target_dtype) + " " + want.str());
 }
 
-void Group::check_job(Job job, const Tensor& input, const Tensor* target) {
+void Group::check_job(Job job, const Tensor& input, const Tensor* target, bool accumulate) {
   try {
     check_input(input);
     if (target) check_target(*target, input.shape()[0]);
@@ -168,7 +168,7 @@ void Group::check_job(Job job, const Tensor& input, const Tensor* target) {
   } catch (const Error&) {
     if (procs_) {
       try {
-        exchange(job, 0, true);
+        exchange(job, 0, true, accumulate);
       } catch (const Error&) {  // this process's own error is the one to report
       }
     }
@@ -176,16 +176,18 @@ void Group::check_job(Job job, const Tensor& input, const Tensor* target) {
   }
 }
 
+// A job as the processes compare it: kTrain without an optimizer
+// (forward_backward) is a call of its own.
 static const char* job_name(double code) {
-  static const char* names[] = {"forward", "backward", "train_step", "evaluate"};
+  static const char* names[] = {"forward", "backward", "train_step", "evaluate", "forward_backward"};
   const int j = static_cast<int>(code) - 1;
-  return j >= 0 && j < 4 ? names[j] : "nothing";
+  return j >= 0 && j < 5 ? names[j] : "nothing";
 }
 
-int64_t Group::exchange(Job job, int64_t rows, bool refused) {
+int64_t Group::exchange(Job job, int64_t rows, bool refused, bool accumulate) {
   const int world = procs_->world_size(), me = procs_->rank();
   exchange_.assign(static_cast<size_t>(3 * world), 0.0);
-  exchange_[3 * me] = 1 + static_cast<int>(job);
+  exchange_[3 * me] = accumulate ? 5 : 1 + static_cast<int>(job);
   exchange_[3 * me + 1] = static_cast<double>(rows);
   exchange_[3 * me + 2] = refused ? 1 : 0;
   procs_->comm()->all_reduce_f64(me, exchange_.data(), static_cast<int64_t>(exchange_.size()));
@@ -206,10 +208,10 @@ int64_t Group::exchange(Job job, int64_t rows, bool refused) {
 // A backward job reuses the last forward's split; the others split the
 // (global) batch over every device of every process.
 void Group::run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output,
-                Tensor* output, Optimizer* opt) {
+                Tensor* output, Optimizer* opt, double loss_scale) {
   if (job != Job::kBackward) {
     const int64_t rows = input->shape()[0];
-    const int64_t batch = procs_ ? exchange(job, rows, false) : rows;
+    const int64_t batch = procs_ ? exchange(job, rows, false, job == Job::kTrain && !opt) : rows;
     split_batch(batch, global_, mode_, global_split_);
     // Each process's rows must be its devices' share: a loader sharded by
     // this group reads exactly that.
@@ -240,6 +242,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
       c.step = step_;
       c.sample_offset = my_offset + off;  // dropout masks are keyed by the row of the global batch
       c.batch_total = batch;
+      c.loss_scale = loss_scale;
       off += split_[r];
     }
   }
@@ -313,6 +316,23 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
   if (training_) merge_stats();
   engine_->reduce(&opt);
+  opt.check_grad_norm();  // clipping found a non-finite norm: the engine stepped nothing, and zeroed the gradients
+  return loss;
+}
+
+double Group::forward_backward(const Tensor& input, const Tensor& target, double loss_scale) {
+  if (!std::isfinite(loss_scale))
+    fail(DP_ERR_INVALID_ARGUMENT, "loss_scale must be a finite number, got " + std::to_string(loss_scale));
+  check_job(Job::kTrain, input, &target, true);
+  have_forward_ = false;
+  run(Job::kTrain, training_, &input, &target, nullptr, nullptr, nullptr, loss_scale);
+  if (training_) ++step_;
+  const double loss = engine_->total_loss();
+  if (!std::isfinite(loss))
+    fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                             std::to_string(step_ - 1) + "; the gradients and running statistics are unchanged");
+  if (training_) merge_stats();
+  engine_->reduce(nullptr);  // adds this batch's gradients into the model's
   return loss;
 }
 

@@ -74,6 +74,10 @@ class Group {
   void optimizer_step(Optimizer& opt);
   // zero_grad, forward, loss over the whole batch, backward, step.
   double train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
+  // Forward, loss over the whole batch, backward of loss_scale * loss, its
+  // gradients added into the model's (no zero_grad, no step): gradient
+  // accumulation. Returns the (unscaled) loss.
+  double forward_backward(const Tensor& input, const Tensor& target, double loss_scale);
   // The loss in evaluation mode (no dropout, running statistics); nothing changes.
   double evaluate(const Tensor& input, const Tensor& target, int64_t* correct);
 
@@ -81,17 +85,19 @@ class Group {
   void check_input(const Tensor& input) const;
   void check_target(const Tensor& target, int64_t batch) const;
   // Plans the split of `batch` rows and runs the job on the engine.
+  // kTrain without opt: forward_backward's job.
   void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output,
-           Optimizer* opt = nullptr);
+           Optimizer* opt = nullptr, double loss_scale = 1.0);
   void merge_stats();
   // With processes: every process's job and rows (kept in exchange_);
   // returns the global batch. Throws on every process when they called
   // different jobs, or one's checks refused its tensors (`refused`: this
   // one's did, and it throws its own error after).
-  int64_t exchange(Job job, int64_t rows, bool refused);
+  // `accumulate`: kTrain is forward_backward's.
+  int64_t exchange(Job job, int64_t rows, bool refused, bool accumulate = false);
   // The checks of a job's tensors; with processes, a refusal reaches every
   // process (so that none waits for the others' step).
-  void check_job(Job job, const Tensor& input, const Tensor* target);
+  void check_job(Job job, const Tensor& input, const Tensor* target, bool accumulate = false);
   // A batch of more rows than any before needs more activation memory:
   // estimated and checked (DP_ERR_OUT_OF_MEMORY) before the step allocates it.
   void check_activations(int64_t rows);

@@ -37,6 +37,7 @@ struct RunCtx {
   int64_t step = 0;           // training forward passes so far (dropout key)
   int64_t sample_offset = 0;  // global batch index of this replica's first row
   int64_t batch_total = 0;    // the whole batch, over all replicas (loss mean)
+  double loss_scale = 1;      // losses: the gradient is of loss_scale * loss (accumulation's 1/K)
   Workers* pool = nullptr;    // this device's intra-op workers
   CudaCtx* cuda = nullptr;    // a CUDA replica's device, stream and handles; null on a CPU
 };

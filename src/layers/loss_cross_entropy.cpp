@@ -1,6 +1,7 @@
 // CrossEntropyLoss (mean reduction, optional label smoothing) over logits
 // [N, C] and int64 class targets [N]. Each replica returns its rows' share of
-// the batch mean: sum_rows loss_row / batch_total.
+// the batch mean: sum_rows loss_row / batch_total; the gradient is of
+// loss_scale times that (1 exactly, but when accumulating).
 //   loss_row = (1 - ls) * -logp[t] + ls / C * sum_c -logp[c]
 //   d loss_row / d x = softmax(x) - ((1 - ls) * onehot(t) + ls / C)
 #include <cmath>
@@ -57,7 +58,7 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
         for (int64_t c = 0; c < C; ++c) {
           double p = std::exp(static_cast<double>(xr[c]) - lse);
           double y = off + (c == t[r] ? 1 - ls : 0);
-          gr[c] = static_cast<float>((p - y) / total);
+          gr[c] = static_cast<float>((p - y) / total * ctx.loss_scale);
         }
       }
     }

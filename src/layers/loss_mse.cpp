@@ -27,7 +27,7 @@ class Mse final : public Loss, public MseAttrs {
       gout->resize(DP_F32, out.shape());
       g = gout->f32();
     }
-    const float k = static_cast<float>(2.0 / denom);
+    const float k = static_cast<float>(2.0 / denom * ctx.loss_scale);
     double s = 0;
     for (int64_t i = 0; i < numel; ++i) {
       double d = static_cast<double>(x[i]) - t[i];

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -18,9 +19,51 @@ uint64_t Optimizer::next_id() {
   return ++n;
 }
 
-void Optimizer::step(float* params, const float* grads, int64_t n, Workers* pool) {
+bool Optimizer::step(float* params, float* grads, int64_t n, Workers* pool) {
+  if (!clip(grads, n, pool)) return false;
   start_step();
   parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) { update(params, grads, b, e); });
+  return true;
+}
+
+float Optimizer::clip_coef(double norm) const {
+  // torch: clip_coef = max_norm / (total_norm + 1e-6), float32 tensors; clamp(max=1).
+  const float coef = static_cast<float>(max_grad_norm) / (static_cast<float>(norm) + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;
+}
+
+void Optimizer::check_grad_norm() const {
+  if (clips() && !std::isfinite(grad_norm))
+    fail(DP_ERR_NUMERIC, "the gradient norm is " + std::string(std::isnan(grad_norm) ? "NaN" : "infinite") +
+                             " (clip_grad_norm); no step was taken, the parameters are unchanged");
+}
+
+bool Optimizer::set_grad_norm(double sum_squares) {
+  grad_norm = std::sqrt(sum_squares);
+  return std::isfinite(grad_norm);
+}
+
+bool Optimizer::clip(float* grads, int64_t n, Workers* pool) {
+  if (!clips()) return true;
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+  if (static_cast<int64_t>(chunk_sums_.size()) != chunks) chunk_sums_.assign(static_cast<size_t>(chunks), 0.0);
+  double* sums = chunk_sums_.data();
+  parallel_for(pool, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      double s = 0;
+      for (int64_t i = c * kGrain, end = std::min(n, i + kGrain); i < end; ++i) s += double(grads[i]) * grads[i];
+      sums[c] = s;
+    }
+  });
+  double total = 0;
+  for (int64_t c = 0; c < chunks; ++c) total += sums[c];
+  if (!set_grad_norm(total)) return false;
+  const float coef = clip_coef(grad_norm);
+  if (coef < 1.0f)
+    parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) grads[i] *= coef;
+    });
+  return true;
 }
 
 namespace {

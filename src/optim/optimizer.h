@@ -37,8 +37,31 @@ class Optimizer {
   virtual void update(float* params, const float* grads, int64_t b, int64_t e) = 0;
   // The rule update() applies, for backends that apply it themselves (CUDA).
   virtual OptimRule rule() const = 0;
-  // A whole step over n parameters, split over pool.
-  void step(float* params, const float* grads, int64_t n, Workers* pool);
+  // A whole step over n parameters, split over pool: clip(), then, unless
+  // that found a non-finite norm, start_step() and update(). Returns whether
+  // it stepped.
+  bool step(float* params, float* grads, int64_t n, Workers* pool);
+
+  // clip_grad_norm_ (torch.nn.utils) before each step, on the summed
+  // gradients of every device and process: their global 2-norm, and when it
+  // is over max_grad_norm, the gradients scaled (in place) by
+  // max_grad_norm / (norm + 1e-6), computed in float32 as PyTorch does.
+  // 0: off; infinity: the norm is measured, nothing is clipped.
+  double max_grad_norm = 0;
+  double grad_norm = 0;  // the last clip()'s norm, before clipping
+  bool clips() const { return max_grad_norm > 0; }
+  // With clips(): grad_norm = the norm of grads[0, n), the gradients scaled
+  // if need be; false (nothing scaled) when the norm is not finite, and the
+  // step must not happen. The norm is summed in double over fixed chunks, in
+  // order, so every pool (and every split of the batch) sums the same way.
+  bool clip(float* grads, int64_t n, Workers* pool);
+  // clip()'s factor for a norm: max_grad_norm / (norm + 1e-6), at most 1.
+  float clip_coef(double norm) const;
+  // For backends that sum the squares themselves (CUDA): grad_norm =
+  // sqrt(sum_squares); whether it is finite.
+  bool set_grad_norm(double sum_squares);
+  // After a clip() that returned false: throws DP_ERR_NUMERIC naming the norm.
+  void check_grad_norm() const;
 
   // The state a checkpoint must hold, by name, in PyTorch's state_dict terms:
   // sgd "momentum_buffer" (with momentum), adam/adamw "exp_avg", "exp_avg_sq";
@@ -61,6 +84,7 @@ class Optimizer {
 
  private:
   static uint64_t next_id();
+  std::vector<double> chunk_sums_;  // clip(): per chunk of kGrain gradients, sized once
 };
 
 }  // namespace dp

@@ -101,6 +101,33 @@ TEST_CASE("P processes train exactly as one process with all their devices, and 
   }
 }
 
+// clip_grad_norm_ takes the norm of the gradients summed over every device
+// of every process: each split sees the same norm and clips alike. (A small
+// max_norm, so that most steps clip.) Accumulation over processes: the
+// gradients of two batches added, then one step.
+TEST_CASE("clip_grad_norm and gradient accumulation across processes: as one process, and as one device") {
+  for (int accumulate : {1, 2}) {
+    CAPTURE(accumulate);
+    Setup s;
+    s.model = kModelNoBatchNorm;
+    s.batch = 10;
+    s.clip = 0.05;
+    s.accumulate = accumulate;
+    s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+    const Result four = run(s, 0, 0, 0);
+    s.devices = "cpu:0";
+    const Result one = run(s, 0, 0, 0);
+    require_same_run(four, one, 1e-5, "1 process x 4 devices against 1 device");
+    s.clip = 0;
+    const Result unclipped = run(s, 0, 0, 0);
+    CHECK(unclipped.params != one.params);  // the limit is low enough to clip
+    s.clip = 0.05;
+    const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+    REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
+    require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4");
+  }
+}
+
 TEST_CASE("two runs of the same world are bitwise the same") {
   Setup s;
   s.batch = 10;

@@ -82,6 +82,12 @@ struct Setup {
   int save_after = -1;
   std::string save_path, resume_path;
   int die_after = -1;  // >= 0: the process kills itself (SIGKILL) before that step
+  // clip_grad_norm (0: off; each step's norm then follows its loss in
+  // Result::losses); gradient accumulation over `accumulate` batches
+  // (dp_group_forward_backward with 1/accumulate, a step after each
+  // `accumulate` batches and after an epoch's last).
+  double clip = 0;
+  int accumulate = 1;
 };
 
 // One process's run: with world > 1, rank `rank` of a process group on
@@ -105,6 +111,7 @@ Result run(const Setup& s, int rank, int world, int port) {
     OK(dp_group_create(model, s.devices.c_str(), &group));
   }
   OK(dp_optimizer_create(group, s.opt, &opt));
+  if (s.clip > 0) OK(dp_optimizer_set_clip_grad_norm(opt, s.clip));
 
   TestRng rng(42);
   std::vector<float> x(static_cast<size_t>(s.samples * 6));
@@ -135,8 +142,24 @@ Result run(const Setup& s, int rank, int world, int port) {
     while (OK(dp_loader_next(loader, in, tg, &rows)), rows > 0) {
       if (steps == s.die_after) ::raise(SIGKILL);
       float loss = 0;
-      OK(dp_group_train_step(group, opt, in, tg, &loss));
-      res.losses.push_back(loss);
+      int64_t batches = 0, pos_epoch = 0, pos_batch = 0;
+      OK(dp_loader_num_batches(loader, &batches));
+      OK(dp_loader_position(loader, &pos_epoch, &pos_batch));  // pos_batch: batches read this epoch
+      if (s.accumulate > 1) {
+        OK(dp_group_forward_backward(group, in, tg, 1.0 / s.accumulate, &loss));
+        res.losses.push_back(loss);
+        if (pos_batch % s.accumulate != 0 && pos_batch != batches) continue;
+        OK(dp_optimizer_step(opt));
+        OK(dp_group_zero_grad(group));
+      } else {
+        OK(dp_group_train_step(group, opt, in, tg, &loss));
+        res.losses.push_back(loss);
+      }
+      if (s.clip > 0) {
+        double norm = 0;
+        OK(dp_optimizer_grad_norm(opt, &norm));
+        res.losses.push_back(static_cast<float>(norm));
+      }
       if (++steps == s.save_after) {
         OK(dp_checkpoint_save(s.save_path.c_str(), group, opt, loader, nullptr));
         epoch = s.epochs;

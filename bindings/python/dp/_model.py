@@ -11,7 +11,7 @@ from . import _lib
 from ._context import _ctx, device_count
 from ._errors import ArgumentTypeError, StateDictError, UnknownKeyError, _check
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import (_INT64, _converting, _destroy, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+from ._util import (_INT64, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
 
 _NBT = 'num_batches_tracked'
@@ -431,6 +431,18 @@ class DataParallel:
         loss = ctypes.c_float()
         xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
         _check(_lib.group_train_step(self._h, opt, xt._h, yt._h, ctypes.byref(loss)))
+        return loss.value
+
+    def forward_backward(self, x, y, loss_scale=1.0):
+        """Gradient accumulation, as (loss * loss_scale).backward() in
+        PyTorch: forward, the model's loss, backward, the gradients ADDED into
+        the model's (no zero_grad, no step). K batches with loss_scale=1/K,
+        then optimizer.step() and zero_grad(), train as one batch K times
+        larger. Returns the unscaled batch loss."""
+        loss = ctypes.c_float()
+        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        _check(_lib.group_forward_backward(self._h, xt._h, yt._h, _float(loss_scale, 'loss_scale'),
+                                           ctypes.byref(loss)))
         return loss.value
 
     def evaluate(self, x, y):

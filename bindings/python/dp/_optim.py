@@ -59,6 +59,24 @@ class Optimizer:
         _check(_lib.optimizer_set_lr_schedule(self._h, text))
         return self
 
+    def set_clip_grad_norm(self, max_norm):
+        """torch.nn.utils.clip_grad_norm_(params, max_norm) before every step:
+        the global 2-norm of the gradients summed over all devices (and
+        processes), and above max_norm the gradients scaled by
+        max_norm / (norm + 1e-6). 0 turns it off; float('inf') measures the
+        norm without clipping. A non-finite norm takes no step
+        (dp.NumericError)."""
+        _check(_lib.optimizer_set_clip_grad_norm(self._h, _float(max_norm, 'max_norm')))
+        return self
+
+    @property
+    def grad_norm(self):
+        """The last step's gradient norm before clipping (what
+        clip_grad_norm_ returns); needs set_clip_grad_norm."""
+        v = ctypes.c_double()
+        _check(_lib.optimizer_grad_norm(self._h, ctypes.byref(v)))
+        return v.value
+
     # -- state_dict: libdp exposes the optimizer's state only through
     # checkpoints, so these go through a temporary checkpoint file.
     def _checkpoint(self, d):

@@ -72,6 +72,32 @@ def test_lower_level_steps_match_train_step():
     assert np.allclose(a.model.parameters(), b.model.parameters(), rtol=1e-5, atol=1e-7)
 
 
+def test_accumulation_and_clipping():
+    """4 batches of 5 with loss_scale 1/4 == one batch of 20; clipping with
+    infinity measures the norm, with half of it halves the step."""
+    spec = {'seed': 0, 'input': {'shape': [6]}, 'layers': [{'type': 'linear', 'out_features': 3}],
+            'loss': {'type': 'cross_entropy'}}
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((20, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 20)
+    big, acc = dp.DataParallel(dp.Model(spec), 'cpu:0'), dp.DataParallel(dp.Model(spec), 'cpu:0,cpu:1,cpu:2')
+    ob, oa = dp.SGD(big, lr=0.5).set_clip_grad_norm(float('inf')), dp.SGD(acc, lr=0.5)
+    loss = big.train_step(ob, x, y)
+    losses = [acc.forward_backward(x[i:i + 5], y[i:i + 5], loss_scale=0.25) for i in range(0, 20, 5)]
+    oa.step()
+    assert np.isclose(sum(losses) / 4, loss, rtol=1e-5)
+    assert np.allclose(acc.module.parameters(), big.module.parameters(), rtol=1e-5, atol=1e-7)
+    norm = ob.grad_norm
+    assert norm > 0
+    with pytest.raises(dp.InvalidArgumentError):
+        oa.grad_norm  # not measured
+    half = dp.DataParallel(dp.Model(spec), 'cpu:0')
+    oh = dp.SGD(half, lr=0.5).set_clip_grad_norm(norm / 2)
+    half.train_step(oh, x, y)
+    start = dp.Model(spec).parameters()
+    assert np.allclose(half.module.parameters() - start, (big.module.parameters() - start) / 2, rtol=1e-4, atol=1e-7)
+
+
 def test_numeric_error_leaves_parameters():
     m = dp.Model({'seed': 0, 'input': {'shape': [2]}, 'layers': [{'type': 'linear', 'out_features': 2}],
                   'loss': {'type': 'mse'}})

@@ -168,7 +168,8 @@ class CpuEngine final : public Engine {
   }
 
   void optimizer_step(Optimizer& opt) override {
-    opt.step(model_.mutable_params().data(), model_.grads().data(), model_.num_params(), &threads_);
+    if (!opt.step(model_.mutable_params().data(), model_.mutable_grads().data(), model_.num_params(), &threads_))
+      opt.check_grad_norm();
   }
 
  protected:
@@ -177,7 +178,7 @@ class CpuEngine final : public Engine {
   // go straight into the model's gradients, and step its parameters.
   void prepare(const RunPlan& plan) override {
     opt_ = plan.job == Job::kTrain ? plan.opt : nullptr;
-    defer_ = plan.grows;
+    defer_ = plan.grows || (opt_ && opt_->clips());  // clipping needs every gradient first
     gate_ = kUndecided;
     dst_ = opt_ ? model_.mutable_grads().data() : nullptr;
     params_ = opt_ ? model_.mutable_params().data() : nullptr;
@@ -208,7 +209,12 @@ class CpuEngine final : public Engine {
       lock.unlock();
       if (plan.job != Job::kBackward && !gathered_) gather_results();
     }
-    if (opt_ && defer_ && decide())  // every replica is done: the whole update now
+    // Every replica is done: clip (a non-finite gradient norm holds the
+    // step, as a non-finite loss does), then the whole update.
+    if (opt_ && defer_ && gate_ == kUndecided && std::isfinite(total_loss()) &&
+        !opt_->clip(dst_, model_.num_params(), &threads_))
+      gate_ = kHold;
+    if (opt_ && defer_ && decide())
       parallel_for(&threads_, model_.num_params(), Optimizer::kGrain,
                    [&](int64_t b, int64_t e) { opt_->update(params_, dst_, b, e); });
     if (opt_ && gate_ == kHold) zero_grad();

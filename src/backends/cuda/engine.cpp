@@ -37,6 +37,7 @@ struct Slot {
   int device = 0;
   std::vector<int> replicas;
   Tensor params, grads, buffers, step_sum, state0, state1;
+  Tensor norm_scratch;  // clip_grad_norm_'s partial sums: kNormBlocks + 1 doubles
   uint64_t opt_id = 0, opt_version = 0;
   cudaEvent_t updated = nullptr;               // recorded after each change of the slot's arrays
   std::unique_ptr<LocalComm> local;            // sums the slot's replicas on its GPU
@@ -49,7 +50,10 @@ class CudaEngine final : public Engine, public DeviceCopy {
 
   void reduce(Optimizer* opt) override;
   void zero_grad() override;
-  void optimizer_step(Optimizer& opt) override { apply(&opt, false); }
+  void optimizer_step(Optimizer& opt) override {
+    apply(&opt, false);
+    opt.check_grad_norm();
+  }
   void optimizer_to_host(Optimizer& opt) override;
   void set_allow_tf32(bool allow) override {
     for (int r = 0; r < n_; ++r) rep(r).stream().set_allow_tf32(allow);
@@ -77,6 +81,7 @@ class CudaEngine final : public Engine, public DeviceCopy {
   void upload_if_stale();
   void prepare_optimizer(Slot& s, Optimizer& opt);
   void apply(Optimizer* opt, bool with_step_sum);
+  bool clip(Optimizer& opt, bool with_step_sum);
 
   std::vector<int> slot_of_;
   std::vector<Slot> slots_;
@@ -128,8 +133,9 @@ CudaEngine::CudaEngine(Model& model, const std::vector<int>& ordinals)
   for (Slot& s : slots_) {
     DP_CUDA_CHECK(cudaSetDevice(s.device));
     Allocator* a = rep(s.replicas[0]).stream().ctx()->alloc;  // the slot's work runs on that stream
-    for (Tensor* t : {&s.params, &s.grads, &s.buffers, &s.step_sum, &s.state0, &s.state1}) *t = Tensor(a);
+    for (Tensor* t : {&s.params, &s.grads, &s.buffers, &s.step_sum, &s.state0, &s.state1, &s.norm_scratch}) *t = Tensor(a);
     s.params.resize(DP_F32, Shape{P});
+    s.norm_scratch.resize(DP_I64, Shape{kNormBlocks + 1});  // DP_I64: 8-byte elements
     s.grads.resize(DP_F32, Shape{P});
     s.buffers.resize(DP_F32, Shape{B});
     s.step_sum.resize(DP_F32, Shape{P});
@@ -172,7 +178,7 @@ CudaEngine::~CudaEngine() {
   }
   for (int r = 0; r < n_; ++r) cudaStreamSynchronize(rep(r).stream().ctx()->stream);
   for (Slot& s : slots_)  // their memory is the first replica's allocator's, which goes with it
-    for (Tensor* t : {&s.params, &s.grads, &s.buffers, &s.step_sum, &s.state0, &s.state1}) *t = Tensor();
+    for (Tensor* t : {&s.params, &s.grads, &s.buffers, &s.step_sum, &s.state0, &s.state1, &s.norm_scratch}) *t = Tensor();
   // A failed process group may have left a peer dead: NCCL is aborted, not
   // finalized (which would wait for it).
   if (nccl_ && procs_ && !procs_->reset()) nccl_->abort("the process group failed");
@@ -260,7 +266,7 @@ void CudaEngine::prepare(const RunPlan& plan) {
   buckets_started_ = false;
   check_usable();
   upload_if_stale();
-  if (plan.job == Job::kTrain) zero_grad();  // the step's gradients replace the model's
+  if (plan.job == Job::kTrain && plan.opt) zero_grad();  // a step's gradients replace the model's
   const bool computes_loss = plan.job == Job::kTrain || plan.job == Job::kEval;
   if (computes_loss && dynamic_cast<const CrossEntropyAttrs*>(model_.loss.get()))
     check_class_targets(*plan.target, model_.output_shape().numel(), 0);
@@ -385,6 +391,8 @@ void CudaEngine::prepare_optimizer(Slot& s, Optimizer& opt) {
 void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   check_usable();
   upload_if_stale();
+  if (opt && opt->clips() && !clip(*opt, with_step_sum)) return;
+  if (opt && opt->clips()) with_step_sum = false;  // clip() added it
   OptimRule rule;
   if (opt) {
     opt->start_step();
@@ -401,6 +409,38 @@ void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
     DP_CUDA_CHECK(cudaEventRecord(s.updated, st));
   }
   device_newer_ = true;
+}
+
+// clip_grad_norm_: acc += the step's sum first (with_step_sum), then the
+// norm of slot 0's (every slot holds the same sums), read by the host, and
+// every slot's gradients scaled by the same factor. A non-finite norm steps
+// nothing; after a training step's sum, the gradients become zero.
+bool CudaEngine::clip(Optimizer& opt, bool with_step_sum) {
+  const int64_t P = model_.num_params();
+  for (Slot& s : slots_) {
+    DP_CUDA_CHECK(cudaSetDevice(s.device));
+    const float* step = bucketed_ ? rep(s.replicas[0]).graph().grads() : s.step_sum.f32();
+    if (with_step_sum) cuda_update(main_stream(s), s.params.f32(), s.grads.f32(), step, nullptr, nullptr, nullptr, P);
+  }
+  Slot& first = slots_[0];
+  DP_CUDA_CHECK(cudaSetDevice(first.device));
+  double* scratch = static_cast<double*>(first.norm_scratch.data());
+  cuda_sum_squares(main_stream(first), first.grads.f32(), P, scratch);
+  double sum = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(&sum, scratch + kNormBlocks, sizeof sum, cudaMemcpyDeviceToHost, main_stream(first)));
+  DP_CUDA_CHECK(cudaStreamSynchronize(main_stream(first)));
+  if (!opt.set_grad_norm(sum)) {
+    if (with_step_sum) zero_grad();
+    return false;
+  }
+  const float coef = opt.clip_coef(opt.grad_norm);
+  for (Slot& s : slots_) {
+    DP_CUDA_CHECK(cudaSetDevice(s.device));
+    if (coef < 1.0f) cuda_scale(main_stream(s), s.grads.f32(), coef, P);
+    DP_CUDA_CHECK(cudaEventRecord(s.updated, main_stream(s)));
+  }
+  device_newer_ = true;
+  return true;
 }
 
 // Without buckets: each slot sums its active replicas in device order (the

@@ -37,7 +37,56 @@ __global__ void update_kernel(float* __restrict__ p, float* __restrict__ acc, co
   }
 }
 
+constexpr int kNormThreads = 256;
+
+// The sum of every thread's `a` in a block of kNormThreads, by a fixed tree.
+__device__ double norm_block_sum(double a) {
+  __shared__ double sh[kNormThreads];
+  sh[threadIdx.x] = a;
+  __syncthreads();
+  for (int w = kNormThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// Block b: part[b] = the squares of its grid-stride elements; then the last
+// kernel sums part[0, kNormBlocks) into part[kNormBlocks].
+__global__ void squares_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ part) {
+  double a = 0;
+  for (int64_t i = blockIdx.x * int64_t(kNormThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kNormThreads)
+    a += double(x[i]) * x[i];
+  a = norm_block_sum(a);
+  if (threadIdx.x == 0) part[blockIdx.x] = a;
+}
+
+__global__ void squares_total_kernel(double* part) {
+  double a = 0;
+  for (int i = threadIdx.x; i < kNormBlocks; i += kNormThreads) a += part[i];
+  a = norm_block_sum(a);
+  if (threadIdx.x == 0) part[kNormBlocks] = a;
+}
+
+__global__ void scale_kernel(float* __restrict__ x, float k, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= k;
+}
+
 }  // namespace
+
+void cuda_sum_squares(cudaStream_t s, const float* x, int64_t n, double* scratch) {
+  squares_kernel<<<kNormBlocks, kNormThreads, 0, s>>>(x, n, scratch);
+  DP_CUDA_LAUNCHED();
+  squares_total_kernel<<<1, kNormThreads, 0, s>>>(scratch);
+  DP_CUDA_LAUNCHED();
+}
+
+void cuda_scale(cudaStream_t s, float* x, float k, int64_t n) {
+  if (n <= 0) return;
+  scale_kernel<<<cuda_blocks(n), 256, 0, s>>>(x, k, n);
+  DP_CUDA_LAUNCHED();
+}
 
 void cuda_add(cudaStream_t s, float* dst, const float* src, int64_t n) {
   if (n <= 0) return;

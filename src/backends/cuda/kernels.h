@@ -19,4 +19,12 @@ void cuda_sum(cudaStream_t s, float* dst, const float* const* src, int k, int64_
 void cuda_update(cudaStream_t s, float* params, float* acc, const float* step, const OptimRule* rule, float* state0,
                  float* state1, int64_t n);
 
+// clip_grad_norm_: the sum of x[0, n)'s squares, in double and in a fixed
+// order (kNormBlocks grid-stride partial sums, then one block's tree), into
+// scratch[kNormBlocks]; scratch holds kNormBlocks + 1 doubles on the device.
+constexpr int kNormBlocks = 256;
+void cuda_sum_squares(cudaStream_t s, const float* x, int64_t n, double* scratch);
+// x[0, n) *= k.
+void cuda_scale(cudaStream_t s, float* x, float k, int64_t n);
+
 }  // namespace dp

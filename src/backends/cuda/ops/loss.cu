@@ -42,7 +42,8 @@ __global__ void sum_to_loss(const double* __restrict__ v, int64_t n, double deno
 // outside [0, C) cannot be reported from here (that would need a host sync),
 // so its row's loss and gradient are NaN rather than a read out of bounds.
 __global__ void cross_entropy_rows(const float* __restrict__ x, const int64_t* __restrict__ t, float* __restrict__ g,
-                                   double* __restrict__ row_loss, int64_t n, int64_t C, double ls, double total) {
+                                   double* __restrict__ row_loss, int64_t n, int64_t C, double ls, double total,
+                                   double scale) {
   const int lane = threadIdx.x & 31;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; r < n;
        r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
@@ -71,7 +72,7 @@ __global__ void cross_entropy_rows(const float* __restrict__ x, const int64_t* _
       for (int64_t c = lane; c < C; c += 32) {
         const double p = exp(static_cast<double>(xr[c]) - lse);
         const double y = off + (c == tr ? 1 - ls : 0);
-        gr[c] = ok ? static_cast<float>((p - y) / total) : CUDART_NAN_F;
+        gr[c] = ok ? static_cast<float>((p - y) / total * scale) : CUDART_NAN_F;
       }
     }
   }
@@ -122,7 +123,7 @@ class CudaCrossEntropy final : public CudaLoss {
       const int64_t b = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
       const unsigned blocks = static_cast<unsigned>(b > 65535 * 8 ? 65535 * 8 : b);
       cross_entropy_rows<<<blocks, 32 * kWarpsPerBlock, 0, s>>>(out.f32(), target.i64(), g, rows, n, C,
-                                                                  a_.smoothing_, total);
+                                                                  a_.smoothing_, total, ctx.loss_scale);
       DP_CUDA_LAUNCHED();
     }
     sum_to_loss<<<1, kSumThreads, 0, s>>>(rows, n, total, loss);
@@ -154,7 +155,7 @@ class CudaMse final : public CudaLoss {
     double* part = doubles(part_, ctx, blocks);
     cudaStream_t s = ctx.cuda->stream;
     mse_blocks<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(out.f32(), target.f32(), g, part, numel,
-                                                                     static_cast<float>(2.0 / denom));
+                                                                     static_cast<float>(2.0 / denom * ctx.loss_scale));
     DP_CUDA_LAUNCHED();
     sum_to_loss<<<1, kSumThreads, 0, s>>>(part, blocks, denom, loss);
     DP_CUDA_LAUNCHED();

@@ -322,6 +322,61 @@ TEST_CASE("CUDA groups train as CPU groups of the same size: MLP and CNN, SGD mo
   }
 }
 
+// clip_grad_norm_ on GPUs: the norm summed on the device (and the step the
+// host decides on it), as the CPU computes it; accumulation through
+// dp_group_forward_backward (2 batches of 6 with loss_scale 1/2, then a step),
+// the CPU's too. With DP_CUDA_NCCL=1 set by the caller, through NCCL's buckets.
+TEST_CASE("clip_grad_norm and gradient accumulation on CUDA: as on the CPU; a non-finite norm takes no step") {
+  for (int n : {1, 2}) {  // (batch norm over 3 rows per replica at least: see above)
+    for (bool accumulate : {false, true}) {
+      const std::string where = std::to_string(n) + " replica(s), " + (accumulate ? "accumulating 2 x 6 rows" : "batch 12");
+      progress("clip: " + where);
+      CAPTURE(where);
+      std::vector<float> params[2], norms[2];
+      for (int gpu = 0; gpu < 2; ++gpu) {
+        Session s(kMlp, gpu ? cuda_devices(n) : cpu_devices(n), kSgd);
+        DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(s.opt, 0.05));
+        for (int k = 0; k < 6; ++k) {
+          if (!accumulate) {
+            float loss = 0;
+            DP_REQUIRE_OK(s.step(12, k, &loss));
+          } else {
+            for (int half = 0; half < 2; ++half) {
+              dp_tensor* x = s.input(6, 2 * k + half);
+              dp_tensor* y = s.target(6, 2 * k + half);
+              DP_REQUIRE_OK(dp_group_forward_backward(s.group, x, y, 0.5, nullptr));
+              dp_tensor_destroy(x);
+              dp_tensor_destroy(y);
+            }
+            DP_REQUIRE_OK(dp_optimizer_step(s.opt));
+            DP_REQUIRE_OK(dp_group_zero_grad(s.group));
+          }
+          double norm = 0;
+          DP_REQUIRE_OK(dp_optimizer_grad_norm(s.opt, &norm));
+          CHECK(norm > 0.05);  // clipped
+          norms[gpu].push_back(static_cast<float>(norm));
+        }
+        params[gpu] = params_of(s.model);
+      }
+      expect_close(norms[1], norms[0], where + ": gradient norms of the 6 steps", 1e-4, 1e-3);
+      expect_close(params[1], params[0], where + ": parameters after 6 clipped steps");
+    }
+  }
+  // Inputs of 1e19 with a big weight: float gradients overflow, the loss (a double) does not.
+  Session s(R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": 1}], "loss": {"type": "mse"}})",
+            cuda_devices(1), kSgd);
+  const std::vector<float> p{0.5f, 0.0f, 0.0f};
+  DP_REQUIRE_OK(dp_model_set_parameters(s.model, p.data(), 3));
+  DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(s.opt, 1.0));
+  dp_tensor* x = make_f32(s.ctx, {2e19f, 0, 2e19f, 0}, {2, 2});
+  dp_tensor* t = make_f32(s.ctx, {0, 0}, {2, 1});
+  CHECK(dp_group_train_step(s.group, s.opt, x, t, nullptr) == DP_ERR_NUMERIC);
+  CHECK(params_of(s.model) == p);
+  for (float g : grads_of(s.model)) CHECK(g == 0.0f);
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(t);
+}
+
 TEST_CASE("forward + backward on CUDA: outputs and gradients as on the CPU, accumulating over two backwards") {
   for (const char* json : {kMlp, kCnn}) {
     for (int n : {1, 3}) {

@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist python3-numpy python3-pytest abigail-tools libgloo-dev openmpi-bin)
+          zlib1g-dev dataset-fashion-mnist python3-numpy python3-pytest abigail-tools libgloo-dev openmpi-bin
+          librsvg2-bin fonts-dejavu-core)
 [ "${2:-}" = "--fuzz" ] && packages+=(clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -3,6 +3,7 @@
 
     check_cli.py BUILD/src/cli/dp BUILD/plugins/swish.so
 """
+import gzip
 import json
 import os
 import signal
@@ -126,6 +127,76 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r.returncode == 0, '--lr-schedule JSON trains', r.stderr)
     r = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', '{"type": "step"}')
     expect(r.returncode == 2 and '/step_size' in r.stderr, 'a bad --lr-schedule exits 2 naming the key', r.stderr)
+
+    # The checkpoint records the run and how its inputs were prepared.
+    with open('a.ckpt', 'rb') as f:
+        meta = json.loads(f.read(struct.unpack('<Q', f.read(8))[0]))['__metadata__']
+    inputs, training = json.loads(meta.get('inputs', '{}')), json.loads(meta.get('training', '{}'))
+    expect(inputs.get('dataset') == 'synthetic' and 'pixels' in inputs and inputs.get('test_transform') == {},
+           'the checkpoint records the inputs', str(meta))
+    expect(training.get('batch_size') == 64 and training.get('optimizer', {}).get('type') == 'adam',
+           'the checkpoint records the training settings', str(meta))
+
+    # --accumulate K: batches of 16, 4 per step, train as batches of 64 (500
+    # rows: the epoch's last step is 16 + 16 + 16 + 4 rows, as its last batch
+    # of 64 is 52). A model without dropout or batch norm, whose batches are
+    # not per-batch random or per-batch statistics.
+    with open('plain.json', 'w') as f:
+        json.dump({"seed": 3, "input": {"shape": [8]}, "layers": [{"type": "linear", "out_features": 16}, {"type": "tanh"},
+                   {"type": "linear", "out_features": 4}], "loss": {"type": "cross_entropy"}}, f)
+    plain = ['--data', 'synthetic:500', '--devices', 'cpu:0,cpu:1', '--workers', '0', '--epochs', '2',
+             '--optimizer', '{"type": "sgd", "lr": 0.2, "momentum": 0.9}']
+    r1 = run('train', 'plain.json', *plain, '--batch-size', '64', '--save', 'big.ckpt')
+    r2 = run('train', 'plain.json', *plain, '--batch-size', '16', '--accumulate', '4', '--save', 'acc.ckpt')
+    expect(r1.returncode == 0 and r2.returncode == 0, '--accumulate trains', r1.stderr + r2.stderr)
+    expect(last_json(r2.stdout)['steps'] == last_json(r1.stdout)['steps'] == 16, 'steps counted per optimizer step',
+           r1.stdout + r2.stdout)
+    big, acc = safetensors_tensors('big.ckpt'), safetensors_tensors('acc.ckpt')
+    worst = max(max(abs(a - b) / max(1e-2, abs(a), abs(b)) for a, b in
+                    zip(struct.unpack(f'<{len(big[k]) // 4}f', big[k]), struct.unpack(f'<{len(acc[k]) // 4}f', acc[k])))
+                for k in big if not k.startswith('optimizer.'))
+    expect(worst < 1e-4, f'--accumulate 4 x 16 rows = batches of 64 (worst relative difference {worst:.2e})')
+
+    # --clip-grad-norm changes the run; --eval-every with --save-best keeps the best evaluation.
+    r3 = run('train', 'plain.json', *plain, '--batch-size', '64', '--clip-grad-norm', '0.05', '--save', 'clip.ckpt',
+             '--eval-every', '5', '--save-best', 'best.ckpt', '--best-metric', 'test_loss', '--log', 'e.jsonl')
+    expect(r3.returncode == 0, '--clip-grad-norm, --eval-every, --save-best train', r3.stderr)
+    clip = safetensors_tensors('clip.ckpt')
+    expect(any(clip[k] != big[k] for k in big if not k.startswith('optimizer.')), '--clip-grad-norm 0.05 clips')
+    logged = [json.loads(line) for line in open('e.jsonl')]
+    expect([e['step'] for e in logged] == [5, 8, 10, 15, 16], 'evaluations every 5 steps and at each epoch end',
+           str(logged))
+    best = min(logged, key=lambda e: e['test_loss'])
+    out3 = last_json(r3.stdout)
+    expect(out3.get('best', {}).get('step') == best['step'], 'the best evaluation is reported', r3.stdout)
+    r = run('eval', 'plain.json', 'best.ckpt', '--data', 'synthetic:500', '--devices', 'cpu:0')
+    expect(r.returncode == 0 and abs(last_json(r.stdout)['test_loss'] - best['test_loss']) < 1e-5,
+           '--save-best keeps the best evaluation\'s model', r.stdout + r.stderr + str(best))
+    r = run('train', 'plain.json', *plain, '--accumulate', '0')
+    expect(r.returncode == 2, '--accumulate 0 exits 2', r.stderr)
+
+    # dp eval prepares the test set as the checkpoint records: MNIST-style IDX
+    # files (normalised with MNIST's mean and std by dp train).
+    os.mkdir('mn')
+    for prefix, n in [('train', 256), ('t10k', 64)]:
+        images = bytes((i * 37 + j) % 256 for i in range(n) for j in range(28 * 28))
+        with gzip.open(f'mn/{prefix}-images-idx3-ubyte.gz', 'wb') as f:
+            f.write(struct.pack('>iiii', 2051, n, 28, 28) + images)
+        with gzip.open(f'mn/{prefix}-labels-idx1-ubyte.gz', 'wb') as f:
+            f.write(struct.pack('>ii', 2049, n) + bytes(i % 10 for i in range(n)))
+    with open('mn.json', 'w') as f:
+        json.dump({"seed": 1, "input": {"shape": [1, 28, 28]}, "layers": [{"type": "flatten"},
+                   {"type": "linear", "out_features": 10}], "loss": {"type": "cross_entropy"}}, f)
+    r = run('train', 'mn.json', '--data', 'mnist:mn', '--devices', 'cpu:0', '--workers', '0', '--batch-size', '64',
+            '--save', 'mn.ckpt')
+    expect(r.returncode == 0, 'trains on IDX files', r.stderr)
+    r = run('eval', 'mn.json', 'mn.ckpt', '--data', 'mnist:mn', '--devices', 'cpu:0')
+    recorded = last_json(r.stdout)
+    expect(r.returncode == 0 and 'as the checkpoint records' in r.stderr and '0.1307' in r.stderr,
+           'dp eval uses the recorded normalisation', r.stderr)
+    r = run('eval', 'mn.json', 'mn.ckpt', '--data', 'mnist:mn', '--devices', 'cpu:0', '--transform', '{}')
+    expect(r.returncode == 0 and abs(last_json(r.stdout)['test_loss'] - recorded['test_loss']) > 1e-3,
+           '--transform overrides it (plain [0, 1] pixels give another loss)', r.stdout + str(recorded))
 
     # --max-steps stops early (benchmarks), exit 0, no epoch completed.
     r = run('train', 'mlp.json', *common, '--epochs', '3', '--max-steps', '5')

@@ -37,10 +37,13 @@ using Dataset = std::unique_ptr<dp_dataset, Deleter<dp_dataset, dp_dataset_destr
 using Loader = std::unique_ptr<dp_loader, Deleter<dp_loader, dp_loader_destroy>>;
 using ProcessGroup = std::unique_ptr<dp_process_group, Deleter<dp_process_group, dp_process_group_destroy>>;
 
-// --data: a training and a test set.
+// --data: a training and a test set, and how their inputs are prepared
+// (what checkpoints record): the pixels' scaling, and the transforms'
+// JSON (dp_dataset_set_transform) of each set.
 struct Data {
   std::string name;
   Dataset train, test;
+  std::string pixels, train_transform = "{}", test_transform = "{}";
 };
 // "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic:N".
 Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed);
@@ -81,8 +84,5 @@ class Progress {
 };
 
 double now_seconds();
-
-// Loss and accuracy curves as one SVG file.
-void write_svg(const std::string& path, const std::vector<double>& losses, const std::vector<double>& accuracies);
 
 }  // namespace dpcli

@@ -70,29 +70,31 @@ Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, 
     d.train = idx(ctx, arg, "train");
     d.test = idx(ctx, arg, "t10k");
     // Per-pixel mean and std of the training set, as torchvision examples use.
-    const char* norm = kind == "mnist" ? R"({"normalize": {"mean": [0.1307], "std": [0.3081]}})"
-                                       : R"({"normalize": {"mean": [0.2860], "std": [0.3530]}})";
-    check(dp_dataset_set_transform(d.train.get(), norm), "transform");
-    check(dp_dataset_set_transform(d.test.get(), norm), "transform");
+    d.pixels = "uint8 / 255 (torchvision's ToTensor)";
+    d.train_transform = d.test_transform = kind == "mnist" ? R"({"normalize": {"mean": [0.1307], "std": [0.3081]}})"
+                                                           : R"({"normalize": {"mean": [0.2860], "std": [0.3530]}})";
   } else if (kind == "cifar10") {
     if (arg.empty()) throw Failure(kUsage, "--data cifar10:DIR needs the folder of data_batch_1.bin ... test_batch.bin");
     std::vector<std::string> train;
     for (int i = 1; i <= 5; ++i) train.push_back(arg + "/data_batch_" + std::to_string(i) + ".bin");
     d.train = cifar(ctx, train);
     d.test = cifar(ctx, {arg + "/test_batch.bin"});
-    const char* norm = R"("normalize": {"mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616]})";
-    check(dp_dataset_set_transform(d.train.get(), (std::string(R"({"random_crop": {"size": 32, "padding": 4}, "horizontal_flip": 0.5, )") + norm + "}").c_str()),
-          "transform");
-    check(dp_dataset_set_transform(d.test.get(), (std::string("{") + norm + "}").c_str()), "transform");
+    const std::string norm = R"("normalize": {"mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616]})";
+    d.pixels = "uint8 / 255 (torchvision's ToTensor)";
+    d.train_transform = R"({"random_crop": {"size": 32, "padding": 4}, "horizontal_flip": 0.5, )" + norm + "}";
+    d.test_transform = "{" + norm + "}";
   } else if (kind == "synthetic") {
     char* end = nullptr;
     long long n = std::strtoll(arg.c_str(), &end, 10);
     if (arg.empty() || *end || n < 2) throw Failure(kUsage, "--data synthetic:N needs a sample count N >= 2, got '" + arg + "'");
     d.train = synthetic(ctx, model, n, seed, 1);
     d.test = synthetic(ctx, model, std::max<long long>(n / 5, 1), seed, 2);  // same projection, other samples
+    d.pixels = "uniform floats in [-1, 1)";
   } else {
     throw Failure(kUsage, "--data '" + spec + "': expected fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or synthetic:N");
   }
+  check(dp_dataset_set_transform(d.train.get(), d.train_transform.c_str()), "transform");
+  check(dp_dataset_set_transform(d.test.get(), d.test_transform.c_str()), "transform");
   return d;
 }
 

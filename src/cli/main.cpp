@@ -11,6 +11,7 @@
 // reason on stderr), 130 stopped by Ctrl-C (after the current step, with a
 // checkpoint when --save is given).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,13 +19,16 @@
 #include <thread>
 
 #include "cli.h"
+#include "plot.h"
 
 namespace dpcli {
 
 struct TrainOptions {
   std::string model, data = "fashion-mnist", devices = "auto", optimizer = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
-  std::string save, resume, log, plot, lr_schedule = "constant";
+  std::string save, resume, log, plot, lr_schedule = "constant", save_best, best_metric = "test_accuracy";
   int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1, max_steps = 0;
+  int64_t accumulate = 1, eval_every = 0;
+  double clip_grad_norm = 0;
 };
 
 // --plugin PATH, repeatable: loaded into each command's context first.
@@ -111,6 +115,54 @@ static std::string json_num(double v) {
   return buf;
 }
 
+// What a checkpoint records besides the state: the command's settings and how
+// its inputs were prepared (the dataset, its pixels' scaling, the transforms
+// with normalisation and augmentation), so that `dp eval` and any reader
+// (dp_checkpoint_metadata) prepare test inputs the same way.
+static nlohmann::json run_record(const TrainOptions& o, const Data& data, const std::string& devices, int world) {
+  nlohmann::json optimizer;
+  try {
+    optimizer = nlohmann::json::parse(o.optimizer);
+  } catch (const nlohmann::json::exception&) {
+    optimizer = o.optimizer;  // libdp took it, so this does not happen; keep the text
+  }
+  return {{"data", o.data},
+          {"seed", o.seed},
+          {"inputs",
+           {{"dataset", data.name},
+            {"pixels", data.pixels},
+            {"train_transform", nlohmann::json::parse(data.train_transform)},
+            {"test_transform", nlohmann::json::parse(data.test_transform)}}},
+          {"training",
+           {{"batch_size", o.batch_size},
+            {"accumulate", o.accumulate},
+            {"epochs", o.epochs},
+            {"optimizer", optimizer},
+            {"lr_schedule", o.lr_schedule},
+            {"clip_grad_norm", o.clip_grad_norm},
+            {"devices", devices},
+            {"processes", world}}}};
+}
+
+// One line for the chart's caption: model, data, devices, batch, optimizer, epochs.
+static std::string caption(const TrainOptions& o, const Data& data, int global_devices, int world) {
+  std::string opt = "optimizer";
+  try {
+    const auto j = nlohmann::json::parse(o.optimizer);
+    opt = j.value("type", std::string("sgd")) + " lr " + json_num(j.value("lr", 0.0));
+  } catch (const nlohmann::json::exception&) {
+  }
+  const size_t slash = o.model.find_last_of('/');
+  std::string c = (slash == std::string::npos ? o.model : o.model.substr(slash + 1)) + " \u00b7 " + data.name + " \u00b7 " +
+                  std::to_string(global_devices) + " device" + (global_devices == 1 ? "" : "s") +
+                  (world > 1 ? " in " + std::to_string(world) + " processes" : "") + " \u00b7 batch " +
+                  std::to_string(o.batch_size) + (o.accumulate > 1 ? " x " + std::to_string(o.accumulate) + " accumulated" : "") +
+                  " \u00b7 " + opt;
+  if (o.lr_schedule != "constant") c += " (" + (o.lr_schedule.size() > 40 ? std::string("scheduled") : o.lr_schedule) + ")";
+  if (o.clip_grad_norm > 0) c += " \u00b7 clip " + json_num(o.clip_grad_norm);
+  return c + " \u00b7 " + std::to_string(o.epochs) + " epoch" + (o.epochs == 1 ? "" : "s");
+}
+
 static int train(const TrainOptions& o) {
   // Installed first: a Ctrl-C while the data loads must still stop cleanly.
   std::signal(SIGINT, on_sigint);
@@ -133,6 +185,7 @@ static int train(const TrainOptions& o) {
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
+  if (o.clip_grad_norm > 0) check(dp_optimizer_set_clip_grad_norm(opt.get(), o.clip_grad_norm), "--clip-grad-norm");
   Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed, on_gpus(devices));
   Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed, on_gpus(devices));
   if (pg) {
@@ -147,9 +200,10 @@ static int train(const TrainOptions& o) {
   }
   int ndev = 0;
   check(dp_group_num_devices(group.get(), &ndev), "devices");
-  int64_t batches = 0, epoch = 0, batch = 0;
+  int64_t batches = 0, epoch = 0, batch = 0, samples_in_set = 0;
   check(dp_loader_num_batches(train_loader.get(), &batches), "loader");
   check(dp_loader_position(train_loader.get(), &epoch, &batch), "loader");
+  check(dp_dataset_length(data.train.get(), &samples_in_set), "training data");
   if (batch >= batches) {  // saved at the end of an epoch: continue with the next one
     ++epoch;
     batch = 0;
@@ -158,15 +212,36 @@ static int train(const TrainOptions& o) {
   int global_devices = ndev, first_device = 0;
   check(dp_group_global_devices(group.get(), &global_devices, &first_device), "devices");
   if (lead)
-    std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s%s), batch %lld, %lld batches per epoch\n",
+    std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s%s), batch %lld%s, %lld batches per epoch\n",
                  o.model.c_str(), data.name.c_str(), global_devices, devices.c_str(),
                  world > 1 ? (" on each of " + std::to_string(world) + " processes").c_str() : "",
-                 (long long)o.batch_size, (long long)batches);
+                 (long long)o.batch_size,
+                 o.accumulate > 1 ? (", " + std::to_string(o.accumulate) + " accumulated per step").c_str() : "",
+                 (long long)batches);
 
+  // --accumulate K: each optimizer step takes K batches (the epoch's last
+  // step what is left), each batch's loss scaled by its share of the step's
+  // rows, so that the step is one of a batch of those rows (within
+  // rounding). The global rows of batch i follow from the set's size.
+  const int64_t K = o.accumulate, steps_per_epoch = (batches + K - 1) / K;
+  auto batch_rows = [&](int64_t i) { return std::min(o.batch_size, samples_in_set - i * o.batch_size); };
+  auto step_rows = [&](int64_t i) {  // the rows of the step that batch i belongs to
+    int64_t rows = 0;
+    for (int64_t j = i / K * K; j < std::min(batches, (i / K + 1) * K); ++j) rows += batch_rows(j);
+    return rows;
+  };
+  auto closes_step = [&](int64_t i) { return (i + 1) % K == 0 || i + 1 == batches; };
+  int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
+
+  const nlohmann::json record = run_record(o, data, devices, world);
+  auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
+    nlohmann::json meta = record;
+    meta["step"] = global_step;
+    if (extra.is_object()) meta.update(extra);
+    check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), path);
+  };
   auto save = [&] {
-    if (o.save.empty()) return;
-    std::string meta = "{\"data\": \"" + o.data + "\", \"seed\": " + std::to_string(o.seed) + "}";
-    check(dp_checkpoint_save(o.save.c_str(), group.get(), opt.get(), train_loader.get(), meta.c_str()), "--save");
+    if (!o.save.empty()) save_to(o.save, {});
   };
 
   // --lr-schedule: "cosine" is torch's CosineAnnealingLR over all steps
@@ -174,37 +249,83 @@ static int train(const TrainOptions& o) {
   // function of the optimizer's steps, so a resumed run follows the same curve.
   if (o.lr_schedule == "cosine")
     check(dp_optimizer_set_lr_schedule(opt.get(), ("{\"type\": \"cosine\", \"T_max\": " +
-                                                   std::to_string(std::max<int64_t>(1, o.epochs * batches)) + "}").c_str()),
+                                                   std::to_string(std::max<int64_t>(1, o.epochs * steps_per_epoch)) + "}").c_str()),
           "--lr-schedule");
   else if (o.lr_schedule != "constant")
     check(dp_optimizer_set_lr_schedule(opt.get(), o.lr_schedule.c_str()), "--lr-schedule");
 
   Progress progress;
+  // Evaluations (each epoch's end, and every --eval-every steps): logged,
+  // and with --save-best the best one by --best-metric keeps a checkpoint.
+  const bool higher_is_better = o.best_metric == "test_accuracy";
+  double best = higher_is_better ? -INFINITY : INFINITY;
+  int64_t best_step = -1;
+  auto evaluated = [&](const EvalResult& r, double epoch_at) {
+    if (o.save_best.empty()) return;
+    const double v = higher_is_better ? r.accuracy : r.loss;
+    if (!(higher_is_better ? v > best : v < best)) return;
+    best = v;
+    best_step = global_step;
+    save_to(o.save_best, {{"best", {{"metric", o.best_metric}, {"value", v}, {"step", global_step}, {"epoch", epoch_at}}}});
+    if (lead)
+      progress.line("dp: best " + o.best_metric + " so far, " + json_num(v) + " at step " + std::to_string(global_step) +
+                    ": checkpoint written to " + o.save_best);
+  };
+
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
-  std::vector<double> loss_curve, acc_curve;
+  TrainingRecord chart;
+  chart.steps_per_epoch = steps_per_epoch;
+  chart.caption = caption(o, data, global_devices, world);
+  if (!o.resume.empty()) chart.caption += " \u00b7 resumed at step " + std::to_string(global_step);
   double train_seconds = 0, start = now_seconds(), last_loss = 0;
   int64_t samples = 0, epochs_done = epoch;
   EvalResult last_eval;
   bool interrupted = false, step_limit = false;
   int64_t steps_run = 0;
   for (; epoch < o.epochs && !interrupted && !step_limit; ++epoch) {
-    double loss_sum = 0, epoch_start = now_seconds();
+    double loss_sum = 0, epoch_start = now_seconds(), step_loss = 0;
     int64_t epoch_rows = 0, rows = 0;
     for (;;) {
       double t0 = now_seconds();
       check(dp_loader_next(train_loader.get(), x.get(), y.get(), &rows), "training data");
       if (rows == 0) break;
       float loss = 0;
-      check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "train step");
+      const int64_t i = batch;  // this batch's index in the epoch
+      if (K == 1) {
+        check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "train step");
+        step_loss = loss;
+      } else {
+        const double share = double(batch_rows(i)) / double(step_rows(i));
+        check(dp_group_forward_backward(group.get(), x.get(), y.get(), share, &loss), "train step");
+        step_loss += share * loss;
+        if (closes_step(i)) {
+          check(dp_optimizer_step(opt.get()), "optimizer step");
+          check(dp_group_zero_grad(group.get()), "zero_grad");
+        }
+      }
       train_seconds += now_seconds() - t0;
       samples += rows;
       epoch_rows += rows;
       loss_sum += double(loss) * rows;
       ++batch;
-      if (batch % 20 == 0) loss_curve.push_back(loss);
       double sps = samples / std::max(train_seconds, 1e-9);
       double left = double((o.epochs - epoch) * batches - batch) * o.batch_size / sps;
       if (lead) progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
+      if (!closes_step(i)) continue;  // the next batches of this step first
+      ++global_step;
+      if (lead && !o.plot.empty()) chart.step_losses.emplace_back(global_step, step_loss);
+      step_loss = 0;
+      if (o.eval_every > 0 && global_step % o.eval_every == 0 && batch < batches) {  // (an epoch's end evaluates below)
+        const EvalResult r = evaluate(c, group.get(), test_loader.get());
+        const double at = epoch + double(batch) / double(batches);
+        if (lead)
+          progress.line("step " + std::to_string(global_step) + " (epoch " + json_num(at) + "): test loss " +
+                        json_num(r.loss) + ", test accuracy " + json_num(r.accuracy));
+        if (log)
+          log << "{\"step\": " << global_step << ", \"epoch\": " << json_num(at) << ", \"test_loss\": "
+              << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << "}" << std::endl;
+        evaluated(r, at);
+      }
       if (g_stop) {
         interrupted = true;
         break;
@@ -218,16 +339,17 @@ static int train(const TrainOptions& o) {
     batch = 0;
     last_loss = epoch_rows ? loss_sum / epoch_rows : 0;
     last_eval = evaluate(c, group.get(), test_loader.get());
-    acc_curve.push_back(last_eval.accuracy);
+    chart.epochs.push_back({epoch + 1, global_step, last_loss, last_eval.loss, last_eval.accuracy});
     epochs_done = epoch + 1;
     if (lead)
       progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
                   json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
                   json_num(last_eval.accuracy) + " (" + json_num(now_seconds() - epoch_start) + " s)");
     if (log)
-      log << "{\"epoch\": " << epoch + 1 << ", \"train_loss\": " << json_num(last_loss) << ", \"test_loss\": "
-          << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
+      log << "{\"epoch\": " << epoch + 1 << ", \"step\": " << global_step << ", \"train_loss\": " << json_num(last_loss)
+          << ", \"test_loss\": " << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
           << ", \"samples_per_second\": " << json_num(samples / std::max(train_seconds, 1e-9)) << "}" << std::endl;
+    evaluated(last_eval, double(epoch + 1));
     save();
   }
   if (interrupted || step_limit) {
@@ -236,18 +358,23 @@ static int train(const TrainOptions& o) {
       progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
-  if (!o.plot.empty() && lead) write_svg(o.plot, loss_curve, acc_curve);
+  if (!o.plot.empty() && lead) write_plot(o.plot, chart);
   if (!lead) return interrupted ? 130 : kOk;
-  std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"samples_per_second\": %s, "
-              "\"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s}\n",
+  std::string best_json;
+  if (!o.save_best.empty() && best_step >= 0)
+    best_json = ", \"best\": {\"metric\": \"" + o.best_metric + "\", \"value\": " + json_num(best) +
+                ", \"step\": " + std::to_string(best_step) + "}";
+  std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"steps\": %lld, "
+              "\"samples_per_second\": %s, \"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s%s}\n",
               json_num(last_eval.accuracy).c_str(), json_num(last_eval.loss).c_str(), json_num(last_loss).c_str(),
-              (long long)epochs_done, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
-              json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false");
+              (long long)epochs_done, (long long)global_step, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
+              json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false",
+              best_json.c_str());
   return interrupted ? 130 : kOk;
 }
 
 static int eval(const std::string& model_path, const std::string& ckpt, const std::string& data_spec,
-                const std::string& devices, int64_t batch_size, int64_t workers) {
+                const std::string& devices, int64_t batch_size, int64_t workers, const std::string& transform) {
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   load_plugins(c, g_plugins);
@@ -255,15 +382,33 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
   Model model = load_model(c, model_path);
   Group group = make_group(model.get(), devices, 1);
   // A training checkpoint or plain weights (a PyTorch state_dict, say).
-  char* meta = nullptr;
-  check(dp_checkpoint_metadata(ckpt.c_str(), &meta), "checkpoint");
-  bool is_checkpoint = std::string(meta).find("dp-checkpoint-1") != std::string::npos;
-  dp_free(meta);
+  char* meta_text = nullptr;
+  check(dp_checkpoint_metadata(ckpt.c_str(), &meta_text), "checkpoint");
+  const std::string meta_str = meta_text;
+  dp_free(meta_text);
+  nlohmann::json meta = nlohmann::json::parse(meta_str, nullptr, false);
+  const bool is_checkpoint = meta_str.find("dp-checkpoint-1") != std::string::npos;
   if (is_checkpoint)
     check(dp_checkpoint_load(ckpt.c_str(), group.get(), nullptr, nullptr), "checkpoint");
   else
     check(dp_model_load_safetensors(model.get(), ckpt.c_str()), "weights");
   Data data = open_data(c, data_spec, model.get(), 0);
+  // Test inputs prepared as the training run recorded (its normalisation),
+  // unless --transform says otherwise; plain weights: --data's own.
+  // (__metadata__'s values are strings: "inputs" holds the record's JSON.)
+  nlohmann::json recorded;
+  if (meta.is_object() && meta.contains("inputs") && meta["inputs"].is_string())
+    recorded = nlohmann::json::parse(meta["inputs"].get<std::string>(), nullptr, false);
+  std::string use = transform;
+  if (use.empty() && recorded.is_object() && recorded.contains("test_transform")) {
+    use = recorded["test_transform"].dump();
+    const std::string trained_on = recorded.value("dataset", data.name);
+    if (trained_on != data.name)
+      std::fprintf(stderr, "dp: note: the checkpoint was trained on %s, evaluated here on %s\n", trained_on.c_str(),
+                   data.name.c_str());
+    std::fprintf(stderr, "dp: test inputs prepared as the checkpoint records: %s\n", use.c_str());
+  }
+  if (!use.empty()) check(dp_dataset_set_transform(data.test.get(), use.c_str()), "--transform");
   Loader loader = make_loader(data.test.get(), batch_size, false, workers, 0, on_gpus(devices));
   double t0 = now_seconds();
   EvalResult r = evaluate(c, group.get(), loader.get());
@@ -377,9 +522,24 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C)");
   train_cmd->add_option("--resume", t.resume, "checkpoint to continue from")->check(CLI::ExistingFile);
   train_cmd->add_option("--log", t.log, "append one JSON line per epoch to this file");
-  train_cmd->add_option("--plot", t.plot, "write loss and accuracy curves to this SVG file");
+  train_cmd->add_option("--plot", t.plot, "write a chart of the run (losses per step and epoch, test accuracy) to this SVG file");
+  train_cmd->add_option("--clip-grad-norm", t.clip_grad_norm,
+                        "clip the gradients' global 2-norm to this before each step (clip_grad_norm_; 0: off)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--accumulate", t.accumulate,
+                        "batches per optimizer step (gradient accumulation: a step of K batches is one of a batch K "
+                        "times larger)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  train_cmd->add_option("--eval-every", t.eval_every, "also evaluate on the test set every N optimizer steps (0: each epoch's end only)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--save-best", t.save_best, "keep a checkpoint of the best evaluation by --best-metric here");
+  train_cmd->add_option("--best-metric", t.best_metric, "test_accuracy (higher is better) | test_loss (lower)")
+      ->check(CLI::IsMember({"test_accuracy", "test_loss"}))
+      ->capture_default_str();
 
   std::string e_model, e_ckpt, e_data = "fashion-mnist", e_devices = "auto";
+  std::string e_transform;
   int64_t e_batch = 1000, e_workers = 2;
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint (or safetensors weights) on a test set");
   eval_cmd->add_option("model", e_model, "model JSON file")->required()->check(CLI::ExistingFile);
@@ -388,6 +548,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--devices", e_devices, "as for train")->capture_default_str();
   eval_cmd->add_option("--batch-size", e_batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
   eval_cmd->add_option("--workers", e_workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
+  eval_cmd->add_option("--transform", e_transform,
+                       "the test inputs' transform JSON (dp_dataset_set_transform); default: what the checkpoint "
+                       "records, else --data's normalisation");
 
   std::string b_model, b_devices = "auto", b_opt = R"({"type": "sgd", "lr": 0.01, "momentum": 0.9})";
   int64_t b_batch = 256, b_steps = 50, b_threads = 1;
@@ -425,7 +588,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train_cmd) return train(t);
-    if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers);
+    if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);
     if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
     if (*plugins_cmd) return plugins(p_paths);
     return devices();

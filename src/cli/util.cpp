@@ -103,34 +103,4 @@ void Progress::line(const std::string& text) {
   std::fflush(stderr);
 }
 
-// Two stacked panels: training loss per logged step, test accuracy per epoch.
-void write_svg(const std::string& path, const std::vector<double>& losses, const std::vector<double>& accuracies) {
-  std::ofstream f(path);
-  if (!f) throw Failure(kUsage, "cannot write " + path);
-  const double W = 640, H = 200, pad = 40;
-  auto panel = [&](const std::vector<double>& v, double y0, const char* title, const char* color) {
-    f << "<text x='" << pad << "' y='" << y0 - 8 << "' font-size='13'>" << title << "</text>\n";
-    f << "<rect x='" << pad << "' y='" << y0 << "' width='" << W - 2 * pad << "' height='" << H - 2 * pad
-      << "' fill='none' stroke='#999'/>\n";
-    if (v.empty()) return;
-    double lo = v[0], hi = v[0];
-    for (double x : v) lo = std::fmin(lo, x), hi = std::fmax(hi, x);
-    if (hi - lo < 1e-12) hi = lo + 1;
-    f << "<text x='2' y='" << y0 + 10 << "' font-size='10'>" << hi << "</text>";
-    f << "<text x='2' y='" << y0 + H - 2 * pad << "' font-size='10'>" << lo << "</text>\n";
-    f << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
-    for (size_t i = 0; i < v.size(); ++i) {
-      double x = pad + (W - 2 * pad) * (v.size() == 1 ? 0.5 : double(i) / double(v.size() - 1));
-      double y = y0 + (H - 2 * pad) * (1 - (v[i] - lo) / (hi - lo));
-      f << x << "," << y << " ";
-    }
-    f << "'/>\n";
-  };
-  f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << 2 * H << "' font-family='sans-serif'>\n";
-  f << "<rect width='100%' height='100%' fill='white'/>\n";
-  panel(losses, pad, "training loss", "#c0392b");
-  panel(accuracies, H + pad, "test accuracy (per epoch)", "#2471a3");
-  f << "</svg>\n";
-}
-
 }  // namespace dpcli

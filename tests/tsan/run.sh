@@ -25,7 +25,7 @@ fi
 
 # Only what the tests below run: their executables, the plugins and fixtures
 # test_plugins loads, and the dp command dist_launch starts.
-targets='tests/test_capi tests/test_equivalence tests/test_faults
+targets='tests/test_capi tests/test_equivalence tests/test_faults tests/test_training_knobs
   tests/data/test_data
   plugins/swish.so plugins/shape_probe.so plugins/rms_norm.so
   tests/plugins/fixture_no_init.so tests/plugins/fixture_wrong_version.so
@@ -36,7 +36,7 @@ targets='tests/test_capi tests/test_equivalence tests/test_faults
   tests/engine/test_local_comm tests/engine/test_model_sync
   tests/dist/test_dist_store tests/dist/test_dist_gloo tests/dist/test_dist_train
   src/cli/dp'
-tests='capi equivalence faults data plugins local_comm model_sync dist_store dist_gloo dist_train dist_launch'
+tests='capi equivalence faults training_knobs data plugins local_comm model_sync dist_store dist_gloo dist_train dist_launch'
 
 # shellcheck disable=SC2086
 ninja -C "$build" $targets

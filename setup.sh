@@ -12,8 +12,9 @@ cd "$(dirname "$0")"
 
 packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libopenblas-dev
           zlib1g-dev dataset-fashion-mnist python3-numpy python3-pytest abigail-tools libgloo-dev openmpi-bin
-          librsvg2-bin fonts-dejavu-core)
-[ "${2:-}" = "--fuzz" ] && packages+=(clang libclang-rt-dev)
+          librsvg2-bin fonts-dejavu-core
+          libonnx-dev libprotobuf-dev)
+[ "${2:-}" = "--fuzz" ] && packages+=(clang libclang-rt-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

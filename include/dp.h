@@ -460,6 +460,18 @@ DP_API dp_status dp_loader_shard(dp_loader* loader, const dp_group* g);
  * ignored. On failure the model is unchanged. */
 DP_API dp_status dp_model_load_safetensors(dp_model* m, const char* path);
 DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
+/* The model with its current weights as an ONNX file (opset 17, IR version 8)
+ * for inference runtimes such as ONNX Runtime: evaluation form (batch norm
+ * with its running statistics, dropout removed); input "input" and output
+ * "output", float32, [N, ...] with a symbolic batch dimension N;
+ * initializers named as the state_dict ("0.weight"); the model JSON in the
+ * metadata property "dp.model". Checked with ONNX's checker, then written to
+ * a temporary file, fsynced and renamed over path. DP_ERR_MODEL for a layer
+ * whose type has no ONNX mapping (a plugin's: the message names the layer
+ * and its type) or weights over ONNX's 2 GiB; DP_ERR_IO for a path that
+ * cannot be written, or a libdp built without ONNX support (Debian's
+ * libonnx-dev). On failure nothing is written. */
+DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
 /* A training checkpoint: parameters, buffers, the optimizer's state (opt may
  * be NULL), the loader's position (loader may be NULL), the group's step, and
  * in __metadata__ the model JSON and user_metadata_json (a JSON object, may be

@@ -9,6 +9,7 @@
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "io/checkpoint.h"
+#include "io/onnx.h"
 
 // The loader's position goes through the loader's own C entry points
 // (dp_loader_position / dp_loader_seek): its internals belong to src/data.
@@ -62,6 +63,13 @@ dp_status dp_model_save_safetensors(const dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");
   dp::io::save_weights(*m->model, path);
+  DP_GUARD_END
+}
+
+dp_status dp_model_export_onnx(const dp_model* m, const char* path) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::io::export_onnx(*m->model, path);
   DP_GUARD_END
 }
 

@@ -3,9 +3,10 @@
 //   dp train MODEL.json --data fashion-mnist --devices auto --epochs 5
 //   dp eval MODEL.json CKPT --data fashion-mnist
 //   dp bench MODEL.json --devices cpu:0,cpu:1 --batch-size 256 --steps 50
+//   dp export MODEL.json CKPT --onnx model.onnx   (the model and weights for ONNX runtimes)
 //   dp devices
 //   dp plugins ./swish.so rms_norm     (loads plugins and lists what they register)
-//   --plugin PATH (repeatable) on train, eval and bench loads a plugin first
+//   --plugin PATH (repeatable) on train, eval, bench and export loads a plugin first
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input (the
 // reason on stderr), 130 stopped by Ctrl-C (after the current step, with a
@@ -417,6 +418,21 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
   return kOk;
 }
 
+// The model with a checkpoint's or weights file's weights as ONNX (evaluation
+// form); the file's path and size as JSON on stdout.
+static int export_model(const std::string& model_path, const std::string& weights, const std::string& onnx) {
+  dp_context* c = nullptr;
+  check(dp_context_create(&c), "context");
+  load_plugins(c, g_plugins);
+  Context ctx(c);
+  Model model = load_model(c, model_path);
+  check(dp_model_load_safetensors(model.get(), weights.c_str()), "weights");  // a checkpoint loads as weights
+  check(dp_model_export_onnx(model.get(), onnx.c_str()), "--onnx");
+  std::ifstream written(onnx, std::ios::binary | std::ios::ate);
+  std::printf("%s\n", nlohmann::json{{"onnx", onnx}, {"bytes", static_cast<int64_t>(written.tellg())}}.dump().c_str());
+  return kOk;
+}
+
 static int bench(const std::string& model_path, const std::string& devices, int64_t batch, int64_t steps,
                  int64_t threads, const std::string& optimizer) {
   dp_context* c = nullptr;
@@ -562,12 +578,21 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", b_threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
   bench_cmd->add_option("--optimizer", b_opt, "optimizer JSON")->capture_default_str();
 
+  std::string x_model, x_weights, x_onnx;
+  auto* export_cmd = app.add_subcommand("export", "write a model with its trained weights for other runtimes (ONNX)");
+  export_cmd->add_option("model", x_model, "model JSON file")->required()->check(CLI::ExistingFile);
+  export_cmd->add_option("checkpoint", x_weights, "checkpoint or weights (.safetensors)")->required()->check(CLI::ExistingFile);
+  export_cmd->add_option("--onnx", x_onnx,
+                         "write this ONNX file (opset 17; evaluation form: batch norm with its running statistics, "
+                         "dropout removed; input \"input\", output \"output\", batch dimension N)")
+      ->required();
+
   app.add_subcommand("devices", "list the devices dp can use");
 
   std::vector<std::string> p_paths;
   auto* plugins_cmd = app.add_subcommand("plugins", "load plugins and list the layer types they register");
   plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
-  for (auto* cmd : {train_cmd, eval_cmd, bench_cmd}) {
+  for (auto* cmd : {train_cmd, eval_cmd, bench_cmd, export_cmd}) {
     cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)");
     cmd->add_flag("--allow-model-plugins", g_allow_model_plugins,
                   "let the model's JSON load plugin libraries it names by path (by default it may use plugins already "
@@ -590,6 +615,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);
     if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
+    if (*export_cmd) return export_model(x_model, x_weights, x_onnx);
     if (*plugins_cmd) return plugins(p_paths);
     return devices();
   } catch (const Failure& f) {

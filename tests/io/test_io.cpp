@@ -698,6 +698,8 @@ TEST_CASE("checkpoint metadata, argument checks, out-parameters untouched on fai
   CHECK(dp_model_load_safetensors(nullptr, path.c_str()) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_model_load_safetensors(a.m, nullptr) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_model_save_safetensors(nullptr, path.c_str()) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_model_export_onnx(nullptr, path.c_str()) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_model_export_onnx(a.m, nullptr) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_checkpoint_metadata(path.c_str(), nullptr) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dir.files().empty());
 

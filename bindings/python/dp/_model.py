@@ -9,7 +9,7 @@ import tempfile
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import ArgumentTypeError, StateDictError, UnknownKeyError, _check
+from ._errors import ArgumentTypeError, StateDictError, UnknownKeyError, UnsupportedError, _check
 from ._tensor import Tensor, as_tensor, tensor
 from ._util import (_INT64, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
@@ -190,6 +190,17 @@ class Model:
                     os.unlink(tmp)
 
     load_weights = load_safetensors
+
+    def export_onnx(self, path):
+        """The model with its current weights as an ONNX file for inference
+        runtimes (onnxruntime.InferenceSession(path)): evaluation form (batch
+        norm with its running statistics, dropout removed), input "input" and
+        output "output", float32, batch dimension "N"; checked with ONNX's
+        checker. A layer type without an ONNX mapping (a plugin's) raises
+        dp.ModelError naming it; a libdp built without ONNX support, dp.IOError."""
+        if 'dp_model_export_onnx' in _lib.missing:
+            raise UnsupportedError(f'dp: {_lib.path} predates ONNX export (dp_model_export_onnx); use a newer libdp')
+        _check(_lib.model_export_onnx(self._h, _path(path, 'export_onnx: path')))
 
     def state_dict(self):
         """{name: NumPy array} (copies) with PyTorch's names and order:

@@ -18,6 +18,23 @@ def test_version_and_library():
     assert dp.HAVE_ZERO_COPY
 
 
+def test_export_onnx(tmp_path):
+    """Model.export_onnx writes the file (ONNX Runtime's comparison is tests/check_onnx.py);
+    a path that cannot be written raises dp.IOError and writes nothing."""
+    m = dp.Model(MLP)
+    p = tmp_path / 'mlp.onnx'
+    try:
+        m.export_onnx(p)
+    except dp.IOError as e:
+        if 'built without ONNX support' in str(e):
+            pytest.skip(str(e))
+        raise
+    assert p.stat().st_size > 4 * m.num_parameters
+    with pytest.raises(dp.IOError, match='missing/mlp.onnx'):
+        m.export_onnx(tmp_path / 'missing' / 'mlp.onnx')
+    assert sorted(os.listdir(tmp_path)) == ['mlp.onnx']
+
+
 def test_model_from_dict_text_and_file(tmp_path):
     a = dp.Model(MLP)
     b = dp.Model(json.dumps(MLP))

@@ -12,7 +12,9 @@ with tick marks on the frame, numeric tick labels on 1-2-5 steps that map
 linearly onto their ticks, axis titles with units, the epoch axis agreeing
 with the step axis, a legend naming each series drawn, the caption; for runs,
 each epoch's markers where the --log file's values put them, and the
-per-step line downsampled for long runs. Then librsvg (rsvg-convert, Debian:
+per-step line downsampled for long runs; with --eval-every, a hollow marker
+per mid-epoch evaluation where the log puts it, smaller than the epochs',
+and one line through the epoch ends and mid-epoch points in step order. Then librsvg (rsvg-convert, Debian:
 librsvg2-bin) renders the chart, and every text's ink box, measured by
 rendering it alone (rsvg-convert --export-id), must lie within the canvas and
 clear of every other text, of the panels' frames, tick marks, grid lines,
@@ -205,6 +207,8 @@ def check_structure(name, root, run=None):
     raw = by_class(root, 'loss-raw', 'polyline')
     epochs = run['epochs'] if run else None
     have_epochs = bool(markers(root, 'test-accuracy')) if run is None else bool(epochs)
+    evals = run.get('evals', []) if run else None
+    have_evals = bool(by_class(root, 'test-loss-mid', 'g')) if run is None else bool(evals)
     have_steps = bool(raw) if run is None else run['steps'] > 0
 
     step = check_axis(root, name, 'axis-step', 'x', f2, f2[3], 'step', 2)
@@ -214,7 +218,8 @@ def check_structure(name, root, run=None):
         expect(len(xs) == len(step[1]) and all(abs(a - b) < 0.06 for a, b in zip(xs, sorted(step[1]))),
                f'{name}: the loss panel\'s step ticks match the step axis')
     loss = check_axis(root, name, 'axis-loss', 'y', f1, f1[0], 'loss', 3 if have_steps or have_epochs else 0)
-    acc = check_axis(root, name, 'axis-accuracy', 'y', f2, f2[0], 'test accuracy (%)', 3 if have_epochs else 0)
+    acc = check_axis(root, name, 'axis-accuracy', 'y', f2, f2[0], 'test accuracy (%)',
+                     3 if have_epochs or have_evals else 0)
     if acc and acc[0]:
         expect(0 <= acc[0][0] and acc[0][-1] <= 100, f'{name}: accuracy ticks within 0..100 %', str(acc[0]))
     spe = run['steps_per_epoch'] if run else None
@@ -236,12 +241,14 @@ def check_structure(name, root, run=None):
     labels = [text_of(e) for e in legend.iter() if tag(e) == 'text'] if legend is not None else []
     series = [e.get('data-series') for e in by_class(root, 'legend-entry')] if legend is not None else []
     want = (['loss-raw', 'loss-smooth'] if have_steps else []) + \
-           (['train-loss', 'test-loss', 'test-accuracy'] if have_epochs else [])
+           (['train-loss', 'test-loss'] if have_epochs else []) + (['test-loss-mid'] if have_evals else []) + \
+           (['test-accuracy'] if have_epochs else []) + (['test-accuracy-mid'] if have_evals else [])
     expect(series == want, f'{name}: legend entries', f'{series} vs {want}')
     for s in series:
         expect(len(by_class(root, s)) >= 1, f'{name}: the legend\'s {s} is drawn')
     for word in (['per step', 'moving average'] if have_steps else []) + \
-                (['train loss', 'test loss', 'test accuracy'] if have_epochs else []):
+                (['train loss', 'test loss', 'test accuracy'] if have_epochs else []) + \
+                (['test loss (mid-epoch)', 'test accuracy (mid-epoch)'] if have_evals else []):
         expect(any(word in label for label in labels), f'{name}: legend says {word!r}', str(labels))
     cap = by_id(root, 'caption')
     caption = ' '.join(text_of(e) for e in cap.iter() if tag(e) == 'text') if cap is not None else None
@@ -251,9 +258,11 @@ def check_structure(name, root, run=None):
     for p in raw + by_class(root, 'loss-smooth', 'polyline'):
         pts = points(p)
         expect(all(f1[0] <= x <= f1[2] and f1[1] <= y <= f1[3] for x, y in pts), f'{name}: loss lines within the loss panel')
-    if not have_epochs and by_id(root, 'panel-accuracy') is not None:
+    if not have_epochs and not have_evals and by_id(root, 'panel-accuracy') is not None:
         notes = [e for e in by_id(root, 'panel-accuracy').iter() if 'note' in classes(e)]
         expect(len(notes) == 1, f'{name}: an empty accuracy panel says why')
+    if have_evals:
+        check_mid_series(name, root, f1, f2)
     if run is None:
         return
 
@@ -293,6 +302,70 @@ def check_structure(name, root, run=None):
                 v = (my - axis[2][0]) / axis[2][1]
                 expect(abs(v - e[key] * scale) < 0.6 / abs(axis[2][1]) + 1e-6 * scale,
                        f'{name}: {series}: epoch {e["epoch"]}\'s value', f'{v:.4f} vs {e[key] * scale:.4f}')
+    # Mid-epoch evaluations: a hollow marker each (few here: none thinned out), at the logged step and value;
+    # one line through them and the epoch ends, in step order.
+    if not evals:
+        expect(not by_class(root, 'test-loss-mid') and not by_class(root, 'test-accuracy-mid'),
+               f'{name}: no mid-epoch series without --eval-every')
+    for series, key, axis, scale in (('test-loss-mid', 'test_loss', loss, 1),
+                                     ('test-accuracy-mid', 'test_accuracy', acc, 100)):
+        if not evals:
+            break
+        ms = markers(root, series)
+        if not expect(len(ms) == len(evals), f'{name}: {series}: a marker per mid-epoch evaluation',
+                      f'{len(ms)} vs {len(evals)}'):
+            continue
+        for (mx, my), e in zip(ms, evals):
+            if step and step[2]:
+                s = (mx - step[2][0]) / step[2][1]
+                expect(abs(s - e['step']) < 0.6 / abs(step[2][1]) + 0.01,
+                       f'{name}: {series}: step {e["step"]}\'s marker at its step', f'{s:.2f} vs {e["step"]}')
+            if axis and axis[2]:
+                v = (my - axis[2][0]) / axis[2][1]
+                expect(abs(v - e[key] * scale) < 0.6 / abs(axis[2][1]) + 1e-6 * scale,
+                       f'{name}: {series}: step {e["step"]}\'s value', f'{v:.4f} vs {e[key] * scale:.4f}')
+        line = [p for g in by_class(root, series, 'g') for e in g.iter() if tag(e) == 'polyline' for p in points(e)]
+        want = sorted(ms + markers(root, series.removesuffix('-mid')))
+        expect(len(line) == len(want) and
+               all(abs(a[0] - b[0]) < 0.15 and abs(a[1] - b[1]) < 0.15 for a, b in zip(line, want)),
+               f'{name}: {series}: the line joins every evaluation, epoch ends and mid-epoch, in step order',
+               f'{line} vs {want}')
+
+
+def marker_size(m):
+    return 2 * f(m, 'r') if tag(m) == 'circle' else f(m, 'width')
+
+
+def check_mid_series(name, root, f1, f2):
+    """Mid-epoch evaluations (any chart that has them): hollow markers smaller
+    than the epochs', inside their panel, on the one line that joins them and
+    the epoch ends in step order."""
+    for series, frame in (('test-loss-mid', f1), ('test-accuracy-mid', f2)):
+        groups = by_class(root, series, 'g')
+        epoch_groups = by_class(root, series.removesuffix('-mid'), 'g')
+        if not expect(len(groups) == 1, f'{name}: one {series} group', str(len(groups))):
+            continue
+        g = groups[0]
+        expect(g.get('fill') == '#ffffff', f'{name}: {series}: hollow markers (white fill)', str(g.get('fill')))
+        ms = [m for m in g.iter() if 'marker' in classes(m)]
+        expect(ms, f'{name}: {series}: has markers')
+        mid_sizes = [marker_size(m) for m in ms]
+        epoch_sizes = [marker_size(m) for eg in epoch_groups for m in eg.iter() if 'marker' in classes(m)]
+        if epoch_sizes and mid_sizes:
+            expect(max(mid_sizes) <= min(epoch_sizes), f'{name}: {series}: markers no larger than the epochs\'',
+                   f'{max(mid_sizes)} vs {min(epoch_sizes)}')
+        centres = markers(root, series)
+        expect(all(frame[0] <= x <= frame[2] and frame[1] <= y <= frame[3] for x, y in centres),
+               f'{name}: {series}: markers within their panel')
+        lines = [e for e in g.iter() if tag(e) == 'polyline']
+        others = [e for eg in epoch_groups for e in eg.iter() if tag(e) == 'polyline']
+        expect(len(lines) <= 1 and not others,
+               f'{name}: {series}: one line (in the -mid group), none in the epochs\' group', f'{len(lines)} and {len(others)}')
+        pts = points(lines[0]) if lines else []
+        expect(all(b[0] >= a[0] for a, b in zip(pts, pts[1:])), f'{name}: {series}: the line goes in step order')
+        everything = centres + markers(root, series.removesuffix('-mid'))
+        off = [c for c in everything if not any(abs(c[0] - p[0]) < 0.15 and abs(c[1] - p[1]) < 0.15 for p in pts)]
+        expect(len(everything) < 2 or not off, f'{name}: {series}: every marker on the line', str(off[:5]))
 
 
 # --- rendering ---
@@ -518,6 +591,10 @@ def run_cli(dp, tmp):
         with open(os.path.join(tmp, path)) as fh:
             return [json.loads(line) for line in fh if '"train_loss"' in line]
 
+    def evals_of(path):  # the mid-epoch evaluations: test loss and accuracy, no train loss
+        with open(os.path.join(tmp, path)) as fh:
+            return [json.loads(line) for line in fh if '"test_loss"' in line and '"train_loss"' not in line]
+
     model = 'm&<x>.json'  # the caption names it: escaped in the SVG, read back intact
     with open(os.path.join(tmp, model), 'w') as fh:
         json.dump(MLP, fh)
@@ -529,6 +606,12 @@ def run_cli(dp, tmp):
     if train(model, *common, '--epochs', '3', '--log', 'full.jsonl', '--plot', 'full.svg'):
         cases.append(('full.svg', dict(epochs=log('full.jsonl'), steps=3 * spe, first_step=1, last_step=3 * spe,
                                        steps_per_epoch=spe, caption=[model, 'batch 64', '3 epochs']), True))
+    # Three epochs with an evaluation every 6 steps (none at an epoch's end: step 96 is logged as epoch 3).
+    if train(model, *common, '--epochs', '3', '--eval-every', '6', '--log', 'evals.jsonl', '--plot', 'evals.svg'):
+        mid = evals_of('evals.jsonl')
+        expect(len(mid) == 15, 'dp train --eval-every 6 logs 15 mid-epoch evaluations in 96 steps', str(len(mid)))
+        cases.append(('evals.svg', dict(epochs=log('evals.jsonl'), evals=mid, steps=3 * spe, first_step=1,
+                                        last_step=3 * spe, steps_per_epoch=spe, caption=[model]), True))
     # One epoch; then resumed from it to three (the steps start at 33).
     if train(model, *common, '--epochs', '1', '--log', 'one.jsonl', '--plot', 'one.svg', '--save', 'one.ckpt'):
         cases.append(('one.svg', dict(epochs=log('one.jsonl'), steps=spe, first_step=1, last_step=spe,

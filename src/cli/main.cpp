@@ -326,6 +326,7 @@ static int train(const TrainOptions& o) {
           log << "{\"step\": " << global_step << ", \"epoch\": " << json_num(at) << ", \"test_loss\": "
               << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << "}" << std::endl;
         evaluated(r, at);
+        if (lead && !o.plot.empty()) chart.evals.push_back({global_step, r.loss, r.accuracy});
       }
       if (g_stop) {
         interrupted = true;

@@ -23,6 +23,7 @@ constexpr double kInset = 7;    // data kept this far inside the frames (markers
 constexpr double kLossH = 270;  // loss panel height
 constexpr double kAccH = 150;   // accuracy panel height
 constexpr double kPanelGap = 16;
+constexpr double kMidMarker = 3;  // mid-epoch evaluations' hollow markers' radius (epochs': 4)
 constexpr double kTickFont = 11, kLabelFont = 12, kTitleFont = 15, kLegendFont = 12, kCaptionFont = 11;
 // A line of text of size s: ink within [baseline - kAscent s, baseline + kDescent s] (DejaVu Sans).
 constexpr double kAscent = 0.93, kDescent = 0.24;
@@ -473,6 +474,34 @@ void marker(Svg& svg, Marker m, double x, double y, double r = 4) {
         << "\" height=\"" << 1.8 * r << "\"/>\n";
 }
 
+// A test series' points, px, in step order: epoch ends (filled markers) and
+// mid-epoch evaluations (hollow ones).
+struct SeriesPoint {
+  double x, y;
+  bool mid;
+};
+
+// The points to draw: every epoch end, and of the mid-epoch points in each px
+// column the lowest and highest (all of them where they are no denser), in
+// step order: the line's envelope, as downsample keeps the per-step line's.
+std::vector<SeriesPoint> thin(const std::vector<SeriesPoint>& pts) {
+  std::vector<SeriesPoint> out;
+  for (size_t i = 0; i < pts.size();) {
+    const double column = std::floor(pts[i].x);
+    size_t end = i, lo = SIZE_MAX, hi = SIZE_MAX;
+    for (; end < pts.size() && std::floor(pts[end].x) == column; ++end) {
+      if (!pts[end].mid) continue;
+      if (lo == SIZE_MAX || pts[end].y > pts[lo].y) lo = end;  // px: down is larger
+      if (hi == SIZE_MAX || pts[end].y < pts[hi].y) hi = end;
+    }
+    if (end == i) ++end;  // (a NaN x: cannot happen, the points are finite)
+    for (size_t k = i; k < end; ++k)
+      if (!pts[k].mid || k == lo || k == hi) out.push_back(pts[k]);
+    i = end;
+  }
+  return out;
+}
+
 struct Frame {
   double left, top, right, bottom;
   double width() const { return right - left; }
@@ -488,7 +517,7 @@ std::string render_plot(const TrainingRecord& r) {
   losses.reserve(r.step_losses.size());
   for (const auto& p : r.step_losses) steps.push_back(double(p.first)), losses.push_back(p.second);
   const int64_t spe = r.steps_per_epoch;
-  const bool have_steps = !steps.empty(), have_epochs = !r.epochs.empty();
+  const bool have_steps = !steps.empty(), have_epochs = !r.epochs.empty(), have_evals = !r.evals.empty();
 
   double x0 = 0, x1 = 1;
   if (have_steps) {
@@ -499,6 +528,7 @@ std::string render_plot(const TrainingRecord& r) {
     x1 = double(r.epochs.back().step);
   }
   for (const auto& e : r.epochs) x0 = std::min(x0, double(e.step)), x1 = std::max(x1, double(e.step));
+  for (const auto& e : r.evals) x0 = std::min(x0, double(e.step)), x1 = std::max(x1, double(e.step));
   for (double s : steps) x0 = std::min(x0, s), x1 = std::max(x1, s);  // out-of-order steps still fit
   if (!(x1 > x0)) x1 = x0 + 1;
 
@@ -508,6 +538,7 @@ std::string render_plot(const TrainingRecord& r) {
   };
   for (double v : losses) take(v);
   for (const auto& e : r.epochs) take(e.train_loss), take(e.test_loss);
+  for (const auto& e : r.evals) take(e.test_loss);
   const bool have_loss = lmin <= lmax;
   if (!have_loss) lmin = 0, lmax = 1;
   if (lmax - lmin < 1e-12 * std::max(1.0, std::fabs(lmax))) {
@@ -515,9 +546,11 @@ std::string render_plot(const TrainingRecord& r) {
     lmin -= d, lmax += d;
   }
   double amin = INFINITY, amax = -INFINITY;
-  for (const auto& e : r.epochs)
-    if (std::isfinite(e.test_accuracy))
-      amin = std::min(amin, 100 * e.test_accuracy), amax = std::max(amax, 100 * e.test_accuracy);
+  auto take_acc = [&](double v) {
+    if (std::isfinite(v)) amin = std::min(amin, 100 * v), amax = std::max(amax, 100 * v);
+  };
+  for (const auto& e : r.epochs) take_acc(e.test_accuracy);
+  for (const auto& e : r.evals) take_acc(e.test_accuracy);
   const bool have_acc = amin <= amax;
   if (!have_acc) amin = 0, amax = 100;
   // Within 0..100 % (unless a value is not), at least 2 points wide.
@@ -548,11 +581,11 @@ std::string render_plot(const TrainingRecord& r) {
     entries.push_back(
         {"moving average (centred, " + std::to_string(window) + (window == 1 ? " step)" : " steps)"), "loss-smooth"});
   }
-  if (have_epochs) {
-    entries.push_back({"train loss (epoch mean)", "train-loss"});
-    entries.push_back({"test loss", "test-loss"});
-    entries.push_back({"test accuracy", "test-accuracy"});
-  }
+  if (have_epochs) entries.push_back({"train loss (epoch mean)", "train-loss"});
+  if (have_epochs) entries.push_back({"test loss", "test-loss"});
+  if (have_evals) entries.push_back({"test loss (mid-epoch)", "test-loss-mid"});
+  if (have_epochs) entries.push_back({"test accuracy", "test-accuracy"});
+  if (have_evals) entries.push_back({"test accuracy (mid-epoch)", "test-accuracy-mid"});
 
   const Axis loss_axis = y_axis(lmin, lmax, kLossH - 2 * kInset);
   const Axis acc_axis = y_axis(amin, amax, kAccH - 2 * kInset, afloor, aceil);
@@ -628,7 +661,7 @@ std::string render_plot(const TrainingRecord& r) {
   if (have_loss) {
     svg << "<g class=\"grid\" stroke=\"" << kGrid << "\" stroke-width=\"1\">\n";
     for (double t : loss_axis.ticks) svg.line(f1.left, sloss(t), f1.right, sloss(t));
-    if (have_steps || have_epochs)
+    if (have_steps || have_epochs || have_evals)
       for (double t : step_axis.ticks) svg.line(sx(t), f1.top, sx(t), f1.bottom);
     svg << "</g>\n";
   }
@@ -647,23 +680,55 @@ std::string render_plot(const TrainingRecord& r) {
     marker_r = std::min(
         marker_r, std::max(1.0, 0.4 * std::fabs(sx(double(r.epochs[i].step)) - sx(double(r.epochs[i - 1].step)))));
   auto epoch_series = [&](const char* cls, const char* color, Marker m, double EpochPoint::*field, const Scale& sy,
-                          double factor) {
+                          double factor, bool line = true) {
     svg << "<g class=\"series " << cls << "\" fill=\"" << color << "\" stroke=\"" << color << "\">\n";
     Points pts;
     for (const auto& e : r.epochs) {
       double v = e.*field * factor;
       if (std::isfinite(v)) pts.emplace_back(sx(double(e.step)), sy(v));
     }
-    if (pts.size() >= 2) svg.polyline(pts, "fill=\"none\" stroke-width=\"1.5\"");
+    if (line && pts.size() >= 2) svg.polyline(pts, "fill=\"none\" stroke-width=\"1.5\"");
     svg << "<g stroke=\"#ffffff\" stroke-width=\"1\">\n";
     for (const auto& p : pts) marker(svg, m, p.first, p.second, marker_r);
     svg << "</g>\n</g>\n";
   };
-  if (have_epochs) {
-    epoch_series("train-loss", kTrainColor, Marker::kCircle, &EpochPoint::train_loss, sloss, 1);
-    epoch_series("test-loss", kTestColor, Marker::kSquare, &EpochPoint::test_loss, sloss, 1);
+  // With mid-epoch evaluations: their hollow markers, smaller than the
+  // epochs' (and shrinking where evaluations crowd, as the epochs' do), and
+  // the line through them and the epoch ends in step order; the epochs'
+  // markers are drawn over both.
+  double r_mid = kMidMarker;
+  if (have_evals) {
+    std::vector<double> at;
+    for (const auto& e : r.evals) at.push_back(sx(double(e.step)));
+    for (const auto& e : r.epochs) at.push_back(sx(double(e.step)));
+    std::sort(at.begin(), at.end());
+    for (size_t i = 1; i < at.size(); ++i) r_mid = std::min(r_mid, std::max(1.0, 0.4 * (at[i] - at[i - 1])));
   }
-  if (!have_steps && !have_epochs)
+  auto mid_series = [&](const char* cls, const char* color, Marker m, double EpochPoint::*efield,
+                        double EvalPoint::*field, const Scale& sy, double factor) {
+    std::vector<std::pair<int64_t, std::pair<double, bool>>> by_step;  // (step, (value, mid))
+    for (const auto& e : r.evals) by_step.push_back({e.step, {e.*field * factor, true}});
+    for (const auto& e : r.epochs) by_step.push_back({e.step, {e.*efield * factor, false}});
+    std::stable_sort(by_step.begin(), by_step.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<SeriesPoint> all;
+    for (const auto& p : by_step)
+      if (std::isfinite(p.second.first)) all.push_back({sx(double(p.first)), sy(p.second.first), p.second.second});
+    const std::vector<SeriesPoint> pts = thin(all);
+    svg << "<g class=\"series " << cls << "\" fill=\"#ffffff\" stroke=\"" << color << "\">\n";
+    Points line;
+    for (const auto& p : pts) line.emplace_back(p.x, p.y);
+    if (line.size() >= 2) svg.polyline(line, "fill=\"none\" stroke-width=\"1.5\"");
+    svg << "<g stroke-width=\"1.2\">\n";
+    for (const auto& p : pts)
+      if (p.mid) marker(svg, m, p.x, p.y, r_mid);
+    svg << "</g>\n</g>\n";
+  };
+  if (have_epochs) epoch_series("train-loss", kTrainColor, Marker::kCircle, &EpochPoint::train_loss, sloss, 1);
+  if (have_evals)
+    mid_series("test-loss-mid", kTestColor, Marker::kSquare, &EpochPoint::test_loss, &EvalPoint::test_loss, sloss, 1);
+  if (have_epochs)
+    epoch_series("test-loss", kTestColor, Marker::kSquare, &EpochPoint::test_loss, sloss, 1, !have_evals);
+  if (!have_steps && !have_epochs && !have_evals)
     svg.text((f1.left + f1.right) / 2, (f1.top + f1.bottom) / 2 + 0.35 * kLabelFont, "no training step recorded",
              "note", "middle", " font-size=\"" + num(kLabelFont) + "\" fill=\"" + kMuted + "\"");
   svg << "<rect class=\"frame\" x=\"" << f1.left << "\" y=\"" << f1.top << "\" width=\"" << f1.width() << "\" height=\""
@@ -677,7 +742,11 @@ std::string render_plot(const TrainingRecord& r) {
     for (double t : acc_axis.ticks) svg.line(f2.left, sacc(t), f2.right, sacc(t));
     for (double t : step_axis.ticks) svg.line(sx(t), f2.top, sx(t), f2.bottom);
     svg << "</g>\n";
-    epoch_series("test-accuracy", kAccColor, Marker::kCircle, &EpochPoint::test_accuracy, sacc, 100);
+    if (have_evals)
+      mid_series("test-accuracy-mid", kAccColor, Marker::kCircle, &EpochPoint::test_accuracy, &EvalPoint::test_accuracy,
+                 sacc, 100);
+    if (have_epochs)
+      epoch_series("test-accuracy", kAccColor, Marker::kCircle, &EpochPoint::test_accuracy, sacc, 100, !have_evals);
   } else {
     svg.text((f2.left + f2.right) / 2, (f2.top + f2.bottom) / 2 + 0.35 * kLabelFont,
              "no epoch finished: no test accuracy yet", "note", "middle",
@@ -734,14 +803,16 @@ std::string render_plot(const TrainingRecord& r) {
   svg << "<g id=\"legend\" font-size=\"" << kLegendFont << "\">\n";
   for (size_t ri = 0; ri < rows.size(); ++ri) {
     double ex = f1.left, base = legend_top + ri * row_h + kAscent * kLegendFont;
-    double mid = base - 0.36 * kLegendFont;
+    double mid_y = base - 0.36 * kLegendFont;
     for (size_t i : rows[ri]) {
       const Entry& e = entries[i];
       svg << "<g class=\"legend-entry\" data-series=\"" << e.series << "\">\n";
-      const char* color = e.series == "train-loss"      ? kTrainColor
-                          : e.series == "test-loss"     ? kTestColor
-                          : e.series == "test-accuracy" ? kAccColor
-                                                        : kLossColor;
+      const bool mid = e.series == "test-loss-mid" || e.series == "test-accuracy-mid";
+      const std::string of = mid ? e.series.substr(0, e.series.size() - 4) : e.series;  // the epochs' series
+      const char* color = of == "train-loss"      ? kTrainColor
+                          : of == "test-loss"     ? kTestColor
+                          : of == "test-accuracy" ? kAccColor
+                                                  : kLossColor;
       std::string stroke = " stroke=\"" + std::string(color) + "\"";
       if (e.series == "loss-raw")
         stroke += " stroke-opacity=\"0.3\" stroke-width=\"1\"";
@@ -749,11 +820,16 @@ std::string render_plot(const TrainingRecord& r) {
         stroke += " stroke-width=\"2\"";
       else
         stroke += " stroke-width=\"1.5\"";
-      svg << "<line x1=\"" << ex << "\" y1=\"" << mid << "\" x2=\"" << ex + sample_w << "\" y2=\"" << mid << "\""
+      svg << "<line x1=\"" << ex << "\" y1=\"" << mid_y << "\" x2=\"" << ex + sample_w << "\" y2=\"" << mid_y << "\""
           << stroke << "/>\n";
       if (e.series == "train-loss" || e.series == "test-loss" || e.series == "test-accuracy") {
         svg << "<g fill=\"" << color << "\" stroke=\"#ffffff\" stroke-width=\"1\">\n";
-        marker(svg, e.series == "test-loss" ? Marker::kSquare : Marker::kCircle, ex + sample_w / 2, mid);
+        marker(svg, e.series == "test-loss" ? Marker::kSquare : Marker::kCircle, ex + sample_w / 2, mid_y);
+        svg << "</g>\n";
+      } else if (mid) {
+        svg << "<g fill=\"#ffffff\" stroke=\"" << color << "\" stroke-width=\"1.2\">\n";
+        marker(svg, e.series == "test-loss-mid" ? Marker::kSquare : Marker::kCircle, ex + sample_w / 2, mid_y,
+               kMidMarker);
         svg << "</g>\n";
       }
       svg.text(ex + sample_w + sample_gap, base, e.label, nullptr);

@@ -6,10 +6,14 @@
 // (at least 5; narrowed symmetrically near either end, so never lagging or
 // pulled towards later values), and the train loss (the epoch's mean) and test
 // loss of each finished epoch as markers at the epoch's last step; below, the
-// test accuracy of each epoch in %. Ticks on 1-2-5 steps, a secondary epoch
-// axis (step / steps_per_epoch) above the first panel, axis titles with
-// units, a legend, the run's settings in a caption. No timestamps: the same
-// record gives the same bytes.
+// test accuracy of each epoch in %. Evaluations made within an epoch (`dp
+// train --eval-every N`: TrainingRecord::evals) add smaller, hollow markers of
+// the same colours, and one line then joins all the test losses (and one all
+// the test accuracies), epoch ends and mid-epoch points, in step order; a
+// record without evals gives the chart it gave before evals existed, byte for
+// byte. Ticks on 1-2-5 steps, a secondary epoch axis (step / steps_per_epoch)
+// above the first panel, axis titles with units, a legend, the run's settings
+// in a caption. No timestamps: the same record gives the same bytes.
 //
 // What tests/check_plot.py relies on (ids and classes):
 //   #title, #legend (.legend-entry, one <text> each), #caption (one <text
@@ -21,7 +25,17 @@
 //   one <text class="axis-title">; #axis-step-shared: the loss panel's step
 //   ticks (no labels);
 //   series: polylines .loss-raw and .loss-smooth, <g> .train-loss, .test-loss,
-//   .test-accuracy with one .marker (circle or square) per epoch;
+//   .test-accuracy with one .marker (circle or square) per epoch, and a
+//   <polyline> joining them (not in .test-loss, .test-accuracy when there are
+//   evals); with evals, <g>
+//   .test-loss-mid and .test-accuracy-mid (before, so under, .test-loss and
+//   .test-accuracy; there without epochs too), each with the one <polyline>
+//   through evals and epoch ends in step order, and a hollow (fill #ffffff),
+//   smaller .marker (square, circle) per evaluation (where more than two fall
+//   in one px column, only its lowest and highest, as for the per-step line);
+//   a .legend-entry per series drawn, data-series its class, in the order
+//   loss-raw, loss-smooth, train-loss, test-loss, test-loss-mid,
+//   test-accuracy, test-accuracy-mid (labels "test loss (mid-epoch)", ...);
 //   <text class="note"> inside a panel that has nothing to show.
 //   Only <text> elements carry a rotation; no <g> has a transform.
 #pragma once
@@ -38,12 +52,21 @@ struct EpochPoint {
   double train_loss, test_loss, test_accuracy;  // accuracy in [0, 1]
 };
 
+// A test-set evaluation within an epoch (`dp train --eval-every N`).
+struct EvalPoint {
+  int64_t step;                     // global step it followed (not an epoch's last: those are in `epochs`)
+  double test_loss, test_accuracy;  // accuracy in [0, 1]
+};
+
 struct TrainingRecord {
   // (global step, 1-based, training loss of that step), every step: a
   // resumed run's start past 0. Downsampled for drawing.
   std::vector<std::pair<int64_t, double>> step_losses;
   std::vector<EpochPoint> epochs;  // one per finished epoch (step = global step at its end)
-  int64_t steps_per_epoch = 0;     // 0: unknown (no epoch axis)
+  // Evaluations made during an epoch (the epoch-end ones are in `epochs`),
+  // drawn in step order; empty without --eval-every.
+  std::vector<EvalPoint> evals;
+  int64_t steps_per_epoch = 0;  // 0: unknown (no epoch axis)
   // The run's settings, one line (wrapped at " · " to fit), e.g.
   // "model.json · fashion-mnist · 4 devices · batch 64 · sgd lr 0.05 · 3 epochs".
   std::string caption;

@@ -69,72 +69,10 @@ ROOT = os.environ.get('DP_SOURCE_ROOT') or os.path.dirname(os.path.dirname(os.pa
 sys.path.insert(0, os.path.join(ROOT, 'bindings', 'python'))
 import dp  # noqa: E402
 
-# The models of tests/test_onnx.cpp (kCases), but the CNN: every built-in type.
-MODELS = {
-    'pools': {"seed": 2, "input": {"shape": [2, 9, 9]}, "layers": [
-        {"type": "max_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": True,
-         "name": "mp_dil", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g1"},
-        {"type": "max_pool2d", "kernel_size": 2, "padding": 1, "ceil_mode": True, "name": "mp_ceil",
-         "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g2"},
-        {"type": "avg_pool2d", "kernel_size": 2, "padding": 1, "ceil_mode": True, "name": "ap_inc",
-         "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g3"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
-         "count_include_pad": False, "name": "ap_exc", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g4"},
-        {"type": "avg_pool2d", "kernel_size": [3, 2], "stride": [2, 3], "name": "ap_plain", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g5"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "name": "ap_pad", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g6"},
-        {"type": "max_pool2d", "kernel_size": 2, "stride": 4, "padding": 1, "dilation": 3, "ceil_mode": True,
-         "name": "mp_far", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g7"},
-        {"type": "max_pool2d", "kernel_size": 2, "ceil_mode": True, "name": "mp_over", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g8"},
-        {"type": "avg_pool2d", "kernel_size": 2, "ceil_mode": True, "name": "ap_over", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g9"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "ceil_mode": True, "count_include_pad": False,
-         "name": "ap_over_exc", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g10"},
-        {"type": "concat", "inputs": ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "g9", "g10"]},
-        {"type": "linear", "out_features": 4}]},
-    'mlp_ops': {"seed": 3, "input": {"shape": [6, 5]}, "layers": [
-        {"type": "linear", "out_features": 8, "name": "l3d"},
-        {"type": "batch_norm1d", "name": "bn1d"},
-        {"type": "gelu"},
-        {"type": "flatten"},
-        {"type": "linear", "out_features": 16, "bias": False, "name": "nobias"},
-        {"type": "batch_norm", "affine": False, "name": "bn_noaffine"},
-        {"type": "gelu", "approximate": "tanh", "name": "gt"},
-        {"type": "dropout", "p": 0.3, "name": "drop"},
-        {"type": "sigmoid", "name": "s"},
-        {"type": "tanh", "name": "t"},
-        {"type": "leaky_relu", "negative_slope": 0.2, "name": "lr", "inputs": ["drop"]},
-        {"type": "add", "inputs": ["s", "t", "lr"], "name": "sum3"},
-        {"type": "add", "inputs": ["sum3", "gt"], "name": "sum2"},
-        {"type": "batch_norm", "track_running_stats": False, "name": "bn_batch"},
-        {"type": "linear", "out_features": 10},
-        {"type": "softmax", "dim": -1},
-        {"type": "dropout", "p": 0.5}]},
-    'shapes': {"seed": 4, "input": {"shape": [2, 3, 4, 5]}, "layers": [
-        {"type": "flatten", "start_dim": 2, "end_dim": 3, "name": "flat"},
-        {"type": "softmax", "dim": 2, "name": "soft"},
-        {"type": "concat", "dim": -1, "inputs": ["flat", "soft"]},
-        {"type": "batch_norm", "track_running_stats": False, "affine": False},
-        {"type": "linear", "out_features": 3, "bias": False},
-        {"type": "relu"}]},
-    'convs': {"seed": 5, "input": {"shape": [4, 8, 8]}, "layers": [
-        {"type": "conv2d", "out_channels": 6, "kernel_size": [3, 1], "stride": [2, 1], "padding": [1, 0],
-         "dilation": [2, 1], "groups": 2},
-        {"type": "batch_norm2d", "track_running_stats": False},
-        {"type": "conv2d", "out_channels": 6, "kernel_size": 1, "bias": False},
-        {"type": "batch_norm2d", "affine": False, "eps": 0.001},
-        {"type": "relu"},
-        {"type": "global_avg_pool"},
-        {"type": "linear", "out_features": 3}]},
-}
+# The models of tests/test_onnx.cpp (tests/onnx_models.json), but the CNN
+# (trained below from examples/): together, every built-in type.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'onnx_models.json')) as f:
+    MODELS = {name: case['model'] for name, case in json.load(f).items() if name != 'fashion_mnist_cnn'}
 
 
 def same_bytes(name, a, b, how):

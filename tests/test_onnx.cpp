@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/onnx.h"
 #include "layers/registry.h"
@@ -95,95 +97,32 @@ const char* kSwishNet = R"({"input": {"shape": [4]},
              {"type": "linear", "out_features": 2}]})";
 
 // Models that, together, use every built-in layer type and the options that
-// change the mapping (tests/check_onnx.py runs the same ones in ONNX Runtime).
+// change the mapping, with the op types each graph must have:
+// tests/onnx_models.json, which tests/check_onnx.py runs in ONNX Runtime.
 struct Case {
-  const char* name;
-  const char* json;
-  std::vector<std::string> ops;  // op types the graph must have
+  std::string name, json;
+  std::vector<std::string> ops;
 };
 
-const Case kCases[] = {
-    {"fashion_mnist_cnn", R"({"seed": 1, "input": {"shape": [1, 28, 28]},
-      "layers": [
-        {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1},
-        {"type": "batch_norm2d"}, {"type": "relu"}, {"type": "max_pool2d", "kernel_size": 2},
-        {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1},
-        {"type": "batch_norm2d"}, {"type": "relu"}, {"type": "max_pool2d", "kernel_size": 2},
-        {"type": "flatten"}, {"type": "dropout", "p": 0.25},
-        {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}],
-      "loss": {"type": "cross_entropy"}})",
-     {"Conv", "BatchNormalization", "Relu", "MaxPool", "Flatten", "Gemm"}},
-    {"pools", R"({"seed": 2, "input": {"shape": [2, 9, 9]},
-      "layers": [
-        {"type": "max_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": true,
-         "name": "mp_dil", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g1"},
-        {"type": "max_pool2d", "kernel_size": 2, "padding": 1, "ceil_mode": true, "name": "mp_ceil", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g2"},
-        {"type": "avg_pool2d", "kernel_size": 2, "padding": 1, "ceil_mode": true, "name": "ap_inc", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g3"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": true,
-         "count_include_pad": false, "name": "ap_exc", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g4"},
-        {"type": "avg_pool2d", "kernel_size": [3, 2], "stride": [2, 3], "name": "ap_plain", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g5"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "name": "ap_pad", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g6"},
-        {"type": "max_pool2d", "kernel_size": 2, "stride": 4, "padding": 1, "dilation": 3, "ceil_mode": true,
-         "name": "mp_far", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g7"},
-        {"type": "max_pool2d", "kernel_size": 2, "ceil_mode": true, "name": "mp_over", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g8"},
-        {"type": "avg_pool2d", "kernel_size": 2, "ceil_mode": true, "name": "ap_over", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g9"},
-        {"type": "avg_pool2d", "kernel_size": 3, "stride": 2, "ceil_mode": true, "count_include_pad": false,
-         "name": "ap_over_exc", "inputs": ["input"]},
-        {"type": "global_avg_pool", "name": "g10"},
-        {"type": "concat", "inputs": ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "g9", "g10"]},
-        {"type": "linear", "out_features": 4}]})",
-     {"MaxPool", "AveragePool", "Pad", "ReduceMean", "Concat", "Gemm"}},
-    {"mlp_ops", R"({"seed": 3, "input": {"shape": [6, 5]},
-      "layers": [
-        {"type": "linear", "out_features": 8, "name": "l3d"},
-        {"type": "batch_norm1d", "name": "bn1d"},
-        {"type": "gelu"},
-        {"type": "flatten"},
-        {"type": "linear", "out_features": 16, "bias": false, "name": "nobias"},
-        {"type": "batch_norm", "affine": false, "name": "bn_noaffine"},
-        {"type": "gelu", "approximate": "tanh", "name": "gt"},
-        {"type": "dropout", "p": 0.3, "name": "drop"},
-        {"type": "sigmoid", "name": "s"},
-        {"type": "tanh", "name": "t"},
-        {"type": "leaky_relu", "negative_slope": 0.2, "name": "lr", "inputs": ["drop"]},
-        {"type": "add", "inputs": ["s", "t", "lr"], "name": "sum3"},
-        {"type": "add", "inputs": ["sum3", "gt"], "name": "sum2"},
-        {"type": "batch_norm", "track_running_stats": false, "name": "bn_batch"},
-        {"type": "linear", "out_features": 10},
-        {"type": "softmax", "dim": -1},
-        {"type": "dropout", "p": 0.5}]})",
-     {"MatMul", "Transpose", "BatchNormalization", "Erf", "Tanh", "Sigmoid", "LeakyRelu", "Sum", "Add",
-      "ReduceMean", "Sqrt", "Softmax", "Identity", "Gemm", "Flatten"}},
-    {"shapes", R"({"seed": 4, "input": {"shape": [2, 3, 4, 5]},
-      "layers": [
-        {"type": "flatten", "start_dim": 2, "end_dim": 3, "name": "flat"},
-        {"type": "softmax", "dim": 2, "name": "soft"},
-        {"type": "concat", "dim": -1, "inputs": ["flat", "soft"]},
-        {"type": "batch_norm", "track_running_stats": false, "affine": false},
-        {"type": "linear", "out_features": 3, "bias": false},
-        {"type": "relu"}]})",
-     {"Reshape", "Softmax", "Concat", "ReduceMean", "MatMul", "Relu"}},
-    {"convs", R"({"seed": 5, "input": {"shape": [4, 8, 8]},
-      "layers": [
-        {"type": "conv2d", "out_channels": 6, "kernel_size": [3, 1], "stride": [2, 1], "padding": [1, 0],
-         "dilation": [2, 1], "groups": 2},
-        {"type": "batch_norm2d", "track_running_stats": false},
-        {"type": "conv2d", "out_channels": 6, "kernel_size": 1, "bias": false},
-        {"type": "batch_norm2d", "affine": false, "eps": 0.001},
-        {"type": "relu"},
-        {"type": "global_avg_pool"},
-        {"type": "linear", "out_features": 3}]})",
-     {"Conv", "BatchNormalization", "Reshape", "ReduceMean", "Relu", "Gemm"}},
-};
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = [] {
+    std::ifstream f(DP_ONNX_MODELS);
+    REQUIRE(f.good());
+    const nlohmann::json doc = nlohmann::json::parse(f);
+    std::vector<Case> out;
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      out.push_back({it.key(), it.value()["model"].dump(), it.value()["ops"].get<std::vector<std::string>>()});
+    return out;
+  }();
+  return all;
+}
+
+const Case& named(const std::string& name) {
+  for (const Case& c : cases())
+    if (c.name == name) return c;
+  FAIL("no model '" << name << "' in " << DP_ONNX_MODELS);
+  return cases().front();  // not reached: FAIL throws
+}
 
 // Running statistics away from their initial 0 and 1.
 void perturb_buffers(dp::Model& m) {
@@ -238,7 +177,7 @@ void check_weights(const onnx::GraphProto& g, const dp::Model& m) {
 TEST_CASE("the models below use every built-in layer type") {
   dp::Registry registry;
   std::set<std::string> used;
-  for (const Case& c : kCases) {
+  for (const Case& c : cases()) {
     auto m = build(c.json);
     for (const dp::Node& n : m->nodes) used.insert(n.layer->type);
   }
@@ -253,7 +192,7 @@ TEST_CASE("the models below use every built-in layer type") {
 
 TEST_CASE("every built-in layer exports to a graph that passes ONNX's checker") {
   REQUIRE(dp::io::onnx_supported());
-  for (const Case& c : kCases) {
+  for (const Case& c : cases()) {
     CAPTURE(c.name);
     auto m = build(c.json);
     perturb_buffers(*m);
@@ -344,7 +283,7 @@ TEST_CASE("a layer type without an ONNX mapping (a plugin's) is refused by name"
 }
 
 TEST_CASE("opsets 13 to 17 pass the checker; others are refused") {
-  auto m = build(kCases[2].json);
+  auto m = build(named("mlp_ops").json);
   for (int opset = dp::io::kOnnxOpsetMin; opset <= dp::io::kOnnxOpsetMax; ++opset) {
     CAPTURE(opset);
     onnx::ModelProto mp = parse(dp::io::onnx_model_bytes(*m, opset));
@@ -360,7 +299,7 @@ TEST_CASE("opsets 13 to 17 pass the checker; others are refused") {
 }
 
 TEST_CASE("export_onnx writes the checked bytes, atomically") {
-  auto m = build(kCases[0].json);
+  auto m = build(named("fashion_mnist_cnn").json);
   perturb_buffers(*m);
   TmpDir dir;
   const std::string path = dir / "cnn.onnx";

@@ -1,4 +1,5 @@
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/ops/common.cuh"
 
 namespace dp {
 
@@ -37,34 +38,20 @@ __global__ void update_kernel(float* __restrict__ p, float* __restrict__ acc, co
   }
 }
 
-constexpr int kNormThreads = 256;
-
-// The sum of every thread's `a` in a block of kNormThreads, by a fixed tree.
-__device__ double norm_block_sum(double a) {
-  __shared__ double sh[kNormThreads];
-  sh[threadIdx.x] = a;
-  __syncthreads();
-  for (int w = kNormThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
-  return sh[0];
-}
-
 // Block b: part[b] = the squares of its grid-stride elements; then the last
 // kernel sums part[0, kNormBlocks) into part[kNormBlocks].
 __global__ void squares_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ part) {
   double a = 0;
-  for (int64_t i = blockIdx.x * int64_t(kNormThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kNormThreads)
+  for (int64_t i = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kSumThreads)
     a += double(x[i]) * x[i];
-  a = norm_block_sum(a);
+  a = block_sum(a);
   if (threadIdx.x == 0) part[blockIdx.x] = a;
 }
 
 __global__ void squares_total_kernel(double* part) {
   double a = 0;
-  for (int i = threadIdx.x; i < kNormBlocks; i += kNormThreads) a += part[i];
-  a = norm_block_sum(a);
+  for (int i = threadIdx.x; i < kNormBlocks; i += kSumThreads) a += part[i];
+  a = block_sum(a);
   if (threadIdx.x == 0) part[kNormBlocks] = a;
 }
 
@@ -76,9 +63,9 @@ __global__ void scale_kernel(float* __restrict__ x, float k, int64_t n) {
 }  // namespace
 
 void cuda_sum_squares(cudaStream_t s, const float* x, int64_t n, double* scratch) {
-  squares_kernel<<<kNormBlocks, kNormThreads, 0, s>>>(x, n, scratch);
+  squares_kernel<<<kNormBlocks, kSumThreads, 0, s>>>(x, n, scratch);
   DP_CUDA_LAUNCHED();
-  squares_total_kernel<<<1, kNormThreads, 0, s>>>(scratch);
+  squares_total_kernel<<<1, kSumThreads, 0, s>>>(scratch);
   DP_CUDA_LAUNCHED();
 }
 

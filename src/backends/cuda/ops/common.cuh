@@ -1,4 +1,4 @@
-// Pieces several ops share: owned cuDNN descriptors and warp reductions.
+// Pieces several ops (and the engine's kernels) share: owned cuDNN descriptors, warp and block reductions.
 #pragma once
 #include "backends/cuda/cuda.h"
 #include "layers/layer.h"
@@ -43,6 +43,20 @@ __device__ inline float warp_max(float v) {
 __device__ inline double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// The sum of every thread's `a` in a block of kSumThreads threads, by a
+// fixed tree: the same bits on every run (losses, clip_grad_norm_'s norm).
+constexpr int kSumThreads = 256;
+__device__ inline double block_sum(double a) {
+  __shared__ double s[kSumThreads];
+  s[threadIdx.x] = a;
+  __syncthreads();
+  for (int w = kSumThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  return s[0];
 }
 #endif
 

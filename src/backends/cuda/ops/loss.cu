@@ -15,19 +15,6 @@ namespace dp {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kSumThreads = 256;
-
-// The sum of every thread's `a` in a block of kSumThreads, by a fixed tree.
-__device__ double block_sum(double a) {
-  __shared__ double s[kSumThreads];
-  s[threadIdx.x] = a;
-  __syncthreads();
-  for (int w = kSumThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
-    __syncthreads();
-  }
-  return s[0];
-}
 
 // One block of kSumThreads: *loss = sum(v[0..n)) / denom.
 __global__ void sum_to_loss(const double* __restrict__ v, int64_t n, double denom, float* loss) {

@@ -12,6 +12,8 @@
 #   3 models     `dp bench --devices cuda:0` against bench/torch_gpu.py (the same
 #                architecture from the same JSON, PyTorch eager), samples/s, side by side
 #   4 large MLP  dp's training TFLOP/s on examples/large_mlp.json against torch.mm
+#   5 plugin     bench/plugin_relu on cuda:0: a plugin relu with CUDA code (dp_plugin.h
+#                version 2) against the built-in relu, time ratio (target <= 1.05)
 #
 # Environment (all optional):
 #   DP_BUILD       a configured and built dp build directory (skips stage 1)
@@ -158,6 +160,7 @@ export LD_LIBRARY_PATH
 DP="$B/src/cli/dp"
 LIBDP="$B/src/libdp.so"
 [ -f "$B/plugins/swish.so" ] && export DP_TEST_PLUGIN_SWISH="$B/plugins/swish.so"
+[ -f "$B/tests/plugins/fixture_plugin_relu.so" ] && export DP_TEST_PLUGIN_RELU="$B/tests/plugins/fixture_plugin_relu.so"
 
 # ---------------------------------------------------------- header --------
 stage "machine"
@@ -324,13 +327,28 @@ run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch
 say ""
 "$PY" "$TORCH_PY" report "$RESULTS" --section large_mlp | tee "$LOGS/table_large_mlp.txt"
 
+# ---------------------------------------------------------- stage 5 -------
+stage "5 plugin overhead on cuda:0: plugin relu with CUDA code against the built-in relu (MLP, batch 256)"
+log="$LOGS/plugin_relu.log"
+plugin_so="$B/bench/bench_plugin_relu.so"
+bounded 120 "$B/bench/plugin_relu" 7 200 "$plugin_so" cuda:0 > "$log" 2>&1
+rc=$?
+record plugin plugin_relu dp 0 "$rc" "$log"
+if [ "$rc" != 0 ]; then
+  say "  plugin_relu: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+  fail "plugin_relu on cuda:0 (log: $log)"
+else
+  say "  $(tail -n 1 "$log")"
+  summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
+fi
+
 # ---------------------------------------------------------- summary -------
 json_out=""
 if [ -n "${OUT:-}" ]; then
   json_out="$OUT/gpu_bench.json"
   "$PY" "$TORCH_PY" report "$RESULTS" --section all --json "$json_out" > /dev/null || fail "writing $json_out"
 fi
-stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages 2-4)"
+stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages 2-5)"
 say "GPU: $gpu | OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, kernel $blas_core | $torch_info"
 for s in "${summary[@]}"; do say "$s"; done
 cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" 2>/dev/null

@@ -1,11 +1,13 @@
 // The cost of a layer coming from a plugin: the same MLP (784-512-256-10,
-// batch 256, SGD with momentum, 2 CPU devices) with the built-in `relu` and
-// with `plugin_relu` (tests/plugins/fixtures.c built as bench_plugin_relu.so:
-// relu as a plain C loop behind the plugin ABI), timed side by side in
-// interleaved rounds (medians); prints both rates and the plugin/built-in
-// time ratio (target: at most 1.05; 1.016 on the 2-core dev machine).
+// batch 256, SGD with momentum, 2 CPU devices by default) with the built-in
+// `relu` and with `plugin_relu` (tests/plugins/fixtures.c built as
+// bench_plugin_relu.so: relu as a plain C loop behind the plugin ABI, and in a
+// build with CUDA also as CUDA kernels, bench/plugin_relu_cuda.cu), timed side
+// by side in interleaved rounds (medians); prints both rates and the
+// plugin/built-in time ratio (target: at most 1.05; 1.016 on the 2-core dev
+// machine). On a GPU: devices "cuda:0" (bench/gpu.sh does).
 //
-//   bench/plugin_relu [rounds] [steps-per-round] [plugin path]
+//   bench/plugin_relu [rounds] [steps-per-round] [plugin path or ""] [devices]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,7 +35,8 @@ struct Config {
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   int steps = argc > 2 ? std::atoi(argv[2]) : 20;
-  const char* plugin = argc > 3 ? argv[3] : DP_BENCH_PLUGIN_RELU;
+  const char* plugin = argc > 3 && argv[3][0] ? argv[3] : DP_BENCH_PLUGIN_RELU;
+  const char* devices = argc > 4 ? argv[4] : "cpu:0,cpu:1";
   const int64_t batch = 256;
   dp_context* ctx = nullptr;
   ok(dp_context_create(&ctx), "context");
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
       {"type": "linear", "out_features": 256}, {"type": ")" + c.relu + R"("},
       {"type": "linear", "out_features": 10}], "loss": {"type": "cross_entropy"}})";
     ok(dp_model_from_json(ctx, json.c_str(), &c.model), "model");
-    ok(dp_group_create(c.model, "cpu:0,cpu:1", &c.group), "group");
+    ok(dp_group_create(c.model, devices, &c.group), "group");
     ok(dp_optimizer_create(c.group, R"({"type": "sgd", "lr": 0.01, "momentum": 0.9})", &c.opt), "optimizer");
   }
   std::vector<float> x(static_cast<size_t>(batch * 784));
@@ -74,9 +77,11 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   double builtin = median(configs[0].seconds), plug = median(configs[1].seconds);
-  std::printf("built-in relu: %.1f samples/s\nplugin relu:   %.1f samples/s\n", batch / builtin, batch / plug);
-  std::printf("{\"builtin_samples_per_second\": %.1f, \"plugin_samples_per_second\": %.1f, \"time_ratio\": %.4f}\n",
-              batch / builtin, batch / plug, plug / builtin);
+  std::printf("devices %s\nbuilt-in relu: %.1f samples/s\nplugin relu:   %.1f samples/s\n", devices, batch / builtin,
+              batch / plug);
+  std::printf("{\"devices\": \"%s\", \"builtin_samples_per_second\": %.1f, \"plugin_samples_per_second\": %.1f, "
+              "\"time_ratio\": %.4f}\n",
+              devices, batch / builtin, batch / plug, plug / builtin);
   dp_tensor_destroy(tx);
   dp_tensor_destroy(ty);
   for (auto& c : configs) {

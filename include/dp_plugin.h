@@ -49,14 +49,18 @@ extern "C" {
 #endif
 
 /* The host API version this header describes. A host gives every version it
- * supports (today: 1); get_api returns NULL for any other. */
-#define DP_PLUGIN_ABI_VERSION 1
+ * supports (today: 1 and 2); get_api returns NULL for any other. Version 2
+ * adds device code: a layer type may bring CUDA forward and backward
+ * (dp_plugin_device_impls), and dp_plugin_run says where a call runs. A
+ * plugin written for version 1 asks for 1 and works unchanged. */
+#define DP_PLUGIN_ABI_VERSION 2
 #define DP_PLUGIN_MAX_DIMS 8 /* = DP_MAX_DIMS */
 
 /* Element types (the values of dp.h's dp_dtype). */
 enum { DP_PLUGIN_F32 = 0, DP_PLUGIN_I64 = 1 };
-/* Devices a tensor lives on. Only CPU exists today. */
-enum { DP_PLUGIN_DEVICE_CPU = 0 };
+/* Devices a tensor lives on (dp_plugin_tensor::device_type,
+ * dp_plugin_run::device_type). CUDA: version 2. */
+enum { DP_PLUGIN_DEVICE_CPU = 0, DP_PLUGIN_DEVICE_CUDA = 1 };
 /* How a parameter or buffer starts (as PyTorch's reset_parameters()). */
 enum {
   DP_PLUGIN_INIT_ZEROS = 0,
@@ -77,16 +81,17 @@ typedef struct dp_plugin_shape {
   int64_t dims[DP_PLUGIN_MAX_DIMS];
 } dp_plugin_shape;
 
-/* A view of a host tensor: batch on dim 0, row-major and contiguous today
- * (strides in elements are given so that a plugin can check that). */
+/* A view of a tensor: batch on dim 0, row-major and contiguous today
+ * (strides in elements are given so that a plugin can check that). data is
+ * host memory on a CPU replica, the replica's GPU memory on a CUDA one. */
 typedef struct dp_plugin_tensor {
   void* data; /* NULL for a gradient nobody needs */
   int32_t dtype;
   int32_t ndim;
   int64_t shape[DP_PLUGIN_MAX_DIMS];
   int64_t strides[DP_PLUGIN_MAX_DIMS];
-  int32_t device_type; /* DP_PLUGIN_DEVICE_CPU */
-  int32_t device_index;
+  int32_t device_type; /* DP_PLUGIN_DEVICE_CPU or _CUDA */
+  int32_t device_index; /* the CUDA ordinal; 0 on a CPU */
 } dp_plugin_tensor;
 
 /* Elements of a tensor view (the product of its shape); header-only. */
@@ -107,6 +112,12 @@ typedef struct dp_plugin_run {
   int64_t sample_offset; /* global batch index of this replica's first row */
   int64_t batch_total;   /* rows of the whole batch, over all replicas */
   void* host;            /* the host's; do not touch */
+  /* Version 1 ends here. Appended in version 2 (a host that gives version 2
+   * fills them): */
+  int32_t device_type;  /* DP_PLUGIN_DEVICE_CPU, or _CUDA in device_impls' calls */
+  int32_t device_index; /* the CUDA ordinal the replica runs on (0 on a CPU) */
+  void* stream;         /* CUDA: the replica's cudaStream_t; NULL on a CPU */
+  /* Append only. */
 } dp_plugin_run;
 
 /* The tensors of one call. params/buffers/stats follow the order in which
@@ -125,6 +136,35 @@ typedef struct dp_plugin_io {
   const float* buffers; /* shared buffers (running statistics): read-only here */
   float* stats;        /* this replica's declare_stats floats: a training forward writes them */
 } dp_plugin_io;
+
+/* A forward or backward: 0, or non-zero with a message in err. */
+typedef int (*dp_plugin_run_fn)(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err,
+                                size_t cap);
+
+/* Version 2: a layer type's code for devices other than the CPU, pointed to
+ * by dp_plugin_layer_type::device_impls (copied at register_layer). Only a
+ * plugin that asked for version 2 may set it.
+ *
+ * CUDA (both or neither): forward and backward with the contract of the CPU
+ * ones, on a CUDA replica. Every pointer in io (inputs, output, gradients,
+ * params, grads, buffers, stats) and api->scratch's blocks are that
+ * replica's GPU memory (run->device_index; the host has made it current);
+ * the dp_plugin_tensor arrays themselves are host memory. Launch every
+ * kernel and copy on run->stream (a cudaStream_t) and return without
+ * synchronising: no cudaDeviceSynchronize, cudaStreamSynchronize,
+ * cudaMalloc or cudaFree (use api->scratch), no default stream. Errors a
+ * launch reports (cudaGetLastError) are the plugin's to return. CONCURRENT as
+ * the CPU calls, each replica on its own stream. api->parallel_for runs fn on
+ * the calling thread there, and api->uniform01 is a host function: device
+ * code cannot call it. merge_stats still runs on the host (the host copies
+ * the stats back). A type without CUDA code (cuda_forward NULL) is refused by
+ * a group on CUDA devices, naming the layer. */
+typedef struct dp_plugin_device_impls {
+  size_t struct_size; /* sizeof(dp_plugin_device_impls) */
+  dp_plugin_run_fn cuda_forward;
+  dp_plugin_run_fn cuda_backward;
+  /* Append only. */
+} dp_plugin_device_impls;
 
 /* A layer type. Copied by the host at register_layer (name included). */
 typedef struct dp_plugin_layer_type {
@@ -157,13 +197,14 @@ typedef struct dp_plugin_layer_type {
    * One thread, replicas in order. */
   void (*merge_stats)(const void* instance, float* buffers, const float* const* stats, const int64_t* counts,
                       int32_t replicas);
-  /* Reserved for other devices' kernels (a CUDA table, a later version):
-   * must be NULL in version 1. */
+  /* Version 2: a const dp_plugin_device_impls* (its CUDA code), or NULL for
+   * a CPU-only type. Must be NULL for a plugin that asked for version 1. */
   const void* device_impls;
   /* Version 1 ends here. Append only. */
 } dp_plugin_layer_type;
 
-/* The host's function table, version 1. */
+/* The host's function table (versions 1 and 2 share it; version 2 only
+ * gives a layer type device code, see dp_plugin_device_impls). */
 typedef struct dp_host_api {
   size_t struct_size;
   uint32_t version;
@@ -203,11 +244,13 @@ typedef struct dp_host_api {
   /* Scratch block `slot` of this replica and layer, at least `bytes` bytes,
    * 64-byte aligned: kept across calls and steps, so what forward writes,
    * backward reads; reallocated (contents lost) only when bytes grows. NULL
-   * when out of memory. */
+   * when out of memory. On a CUDA replica: GPU memory from the replica's
+   * caching allocator, safe to use on run->stream. */
   void* (*scratch)(const dp_plugin_run* run, int32_t slot, size_t bytes);
   /* Calls fn(user, begin, end) over [0, n) in contiguous ranges of at least
    * `grain`, on this device's worker threads (concurrently); returns when
-   * all are done. fn must not call back into the host. */
+   * all are done. fn must not call back into the host. On a CUDA replica,
+   * one call over [0, n) on the calling thread. */
   void (*parallel_for)(const dp_plugin_run* run, int64_t n, int64_t grain,
                        void (*fn)(void* user, int64_t begin, int64_t end), void* user);
   /* A uniform number in [0, 1), a pure function of (model seed, layer index,

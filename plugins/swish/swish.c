@@ -1,11 +1,20 @@
 /* swish: y = x * sigmoid(beta * x), beta a learnable scalar ("<name>.beta",
  * initialised to 1), as the Swish of Ramachandran et al. (SiLU at beta = 1).
- * Any input shape; no hyperparameters. Built against dp_plugin.h only. */
+ * Any input shape; no hyperparameters. Built against dp_plugin.h only.
+ * Built with SWISH_CUDA (plugins/meson.build, when dp has CUDA) it also
+ * brings CUDA forward and backward (swish_cuda.cu) and asks for host API
+ * version 2; without, it asks for version 1 and loads on any dp. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "dp_plugin.h"
+#ifdef SWISH_CUDA
+#include "swish_cuda.h"
+#define SWISH_API_VERSION 2
+#else
+#define SWISH_API_VERSION 1
+#endif
 
 static const dp_host_api* api;
 
@@ -82,10 +91,24 @@ static int backward(const void* instance, const dp_plugin_run* run, const dp_plu
   return 0;
 }
 
+#ifdef SWISH_CUDA
+static int cuda_forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  (void)instance;
+  return swish_cuda_forward(api, run, io, err, cap);
+}
+static int cuda_backward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  (void)instance;
+  return swish_cuda_backward(api, run, io, err, cap);
+}
+#endif
+
 DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, size_t cap) {
   dp_plugin_layer_type t = {0};
-  api = base->get_api(base, DP_PLUGIN_ABI_VERSION);
-  if (!api) return snprintf(err, cap, "swish needs dp host API version %d", DP_PLUGIN_ABI_VERSION), 1;
+#ifdef SWISH_CUDA
+  dp_plugin_device_impls cuda = {0};
+#endif
+  api = base->get_api(base, SWISH_API_VERSION);
+  if (!api) return snprintf(err, cap, "swish needs dp host API version %d", SWISH_API_VERSION), 1;
   t.struct_size = sizeof t;
   t.name = "swish";
   t.version = 1;
@@ -95,5 +118,11 @@ DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, siz
   t.infer = infer;
   t.forward = forward;
   t.backward = backward;
+#ifdef SWISH_CUDA
+  cuda.struct_size = sizeof cuda;
+  cuda.cuda_forward = cuda_forward;
+  cuda.cuda_backward = cuda_backward;
+  t.device_impls = &cuda; /* copied by register_layer */
+#endif
   return api->register_layer(base->registrar, &t);
 }

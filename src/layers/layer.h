@@ -40,6 +40,10 @@ struct RunCtx {
   double loss_scale = 1;      // losses: the gradient is of loss_scale * loss (accumulation's 1/K)
   Workers* pool = nullptr;    // this device's intra-op workers
   CudaCtx* cuda = nullptr;    // a CUDA replica's device, stream and handles; null on a CPU
+  // The same replica's CUDA ordinal and cudaStream_t, for code that cannot
+  // include CUDA's headers (a plugin layer's device code); -1 and null on a CPU.
+  int cuda_device = -1;
+  void* cuda_stream = nullptr;
 };
 
 struct LayerIO {
@@ -86,6 +90,10 @@ class Layer {
 
   virtual void forward(const RunCtx& ctx, LayerIO& io) const = 0;
   virtual void backward(const RunCtx& ctx, LayerIO& io) const = 0;
+  // Whether forward and backward above also run on a CUDA replica (ctx.cuda
+  // set, every pointer of io on its GPU): a plugin type with CUDA code. The
+  // built-ins' CUDA code is in backends/cuda/ops instead.
+  virtual bool runs_on_cuda() const { return false; }
 
   // After a training forward on every replica: folds the replicas' stats
   // (stats[r], from count[r] samples) into the shared buffers, in replica

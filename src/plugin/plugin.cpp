@@ -25,6 +25,7 @@ static_assert(int{DP_PLUGIN_INIT_ZEROS} == int{dp::Init::kZeros} && int{DP_PLUGI
 // A registered type: the plugin's struct, copied, and its library kept open.
 struct PluginTypeHolder {
   dp_plugin_layer_type t{};
+  dp_plugin_device_impls impls{};  // t.device_impls points here when the plugin gave device code
   std::string name;
   std::shared_ptr<dp::PluginLib> lib;
 };
@@ -37,6 +38,7 @@ struct dp_plugin_registrar {
   std::vector<std::shared_ptr<PluginTypeHolder>> pending;
   std::string error;
   std::vector<uint32_t> refused_versions;
+  uint32_t api_version = 0;  // the highest version get_api gave this plugin
 };
 
 struct dp_plugin_args {
@@ -70,7 +72,7 @@ struct RunHost {
   const RunCtx* ctx;
 };
 
-// ---- the host API, version 1 ----
+// ---- the host API, versions 1 and 2 ----
 // Every function catches everything: nothing may unwind into a plugin.
 
 void copy_message(std::string& dst, const char* src) {
@@ -96,7 +98,23 @@ int h_register_layer(dp_plugin_registrar* r, const dp_plugin_layer_type* t) {
                               "\" is not an identifier (letters, digits and '_', not starting with a digit, at most 64)");
     if (!t->create || !t->infer || !t->forward || !t->backward)
       fail(DP_ERR_PLUGIN, "register_layer '" + name + "': create, infer, forward and backward are required");
-    if (t->device_impls) fail(DP_ERR_PLUGIN, "register_layer '" + name + "': device_impls must be NULL in version 1");
+    dp_plugin_device_impls impls{};
+    if (t->device_impls) {
+      if (r->api_version < 2)
+        fail(DP_ERR_PLUGIN, "register_layer '" + name +
+                                "': device_impls must be NULL for a plugin that asked for host API version 1 "
+                                "(device code needs version 2)");
+      const auto* d = static_cast<const dp_plugin_device_impls*>(t->device_impls);
+      if (d->struct_size < offsetof(dp_plugin_device_impls, cuda_backward) + sizeof(d->cuda_backward))
+        fail(DP_ERR_PLUGIN, "register_layer '" + name + "': device_impls' struct_size " + std::to_string(d->struct_size) +
+                                " is smaller than version 2's");
+      std::memcpy(&impls, d, std::min(d->struct_size, sizeof impls));
+      impls.struct_size = sizeof impls;
+      if (!impls.cuda_forward != !impls.cuda_backward)
+        fail(DP_ERR_PLUGIN, "register_layer '" + name + "': device_impls gives cuda_" +
+                                (impls.cuda_forward ? "forward without cuda_backward" : "backward without cuda_forward") +
+                                " (both or neither)");
+    }
     if (t->min_inputs < 1 || (t->max_inputs >= 0 && t->max_inputs < t->min_inputs))
       fail(DP_ERR_PLUGIN, "register_layer '" + name + "': inputs must be [min >= 1, max >= min or < 0]");
     auto o = r->origin->find(name);
@@ -108,6 +126,8 @@ int h_register_layer(dp_plugin_registrar* r, const dp_plugin_layer_type* t) {
     auto h = std::make_shared<PluginTypeHolder>();
     std::memcpy(&h->t, t, std::min(t->struct_size, sizeof(dp_plugin_layer_type)));
     h->t.struct_size = sizeof(dp_plugin_layer_type);
+    h->impls = impls;
+    h->t.device_impls = t->device_impls ? &h->impls : nullptr;
     h->name = name;
     h->t.name = h->name.c_str();
     h->lib = r->lib;
@@ -235,7 +255,8 @@ void* h_scratch(const dp_plugin_run* run, int32_t slot, size_t bytes) {
 void h_parallel_for(const dp_plugin_run* run, int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t),
                     void* user) {
   if (!run || !fn) return;
-  Workers* pool = run->host ? static_cast<RunHost*>(run->host)->ctx->pool : nullptr;
+  const RunCtx* ctx = run->host ? static_cast<RunHost*>(run->host)->ctx : nullptr;
+  Workers* pool = ctx && !ctx->cuda ? ctx->pool : nullptr;  // on a CUDA replica: this thread, once
   try {
     parallel_for(pool, n, grain, [&](int64_t b, int64_t e) { fn(user, b, e); });
   } catch (...) {
@@ -257,9 +278,19 @@ const dp_host_api kApiV1 = {
     h_scratch, h_parallel_for, h_uniform01,
     h_args_int_range,
 };
+// Version 2 has the same functions; it lets a layer type bring device code
+// (register_layer checks which version the plugin asked for).
+dp_host_api with_version(dp_host_api api, uint32_t version) {
+  api.version = version;
+  return api;
+}
+const dp_host_api kApiV2 = with_version(kApiV1, 2);
 
 const dp_host_api* h_get_api(const dp_host_api_base* base, uint32_t version) {
-  if (version == 1) return &kApiV1;
+  if (version == 1 || version == 2) {
+    if (base && base->registrar) base->registrar->api_version = std::max(base->registrar->api_version, version);
+    return version == 1 ? &kApiV1 : &kApiV2;
+  }
   if (base && base->registrar) {
     try {
       base->registrar->refused_versions.push_back(version);
@@ -269,7 +300,7 @@ const dp_host_api* h_get_api(const dp_host_api_base* base, uint32_t version) {
   return nullptr;
 }
 
-dp_plugin_tensor view_of(const Tensor* t, bool present = true) {
+dp_plugin_tensor view_of(const RunCtx& ctx, const Tensor* t, bool present = true) {
   dp_plugin_tensor v;
   std::memset(&v, 0, sizeof v);
   if (!t) return v;
@@ -282,7 +313,8 @@ dp_plugin_tensor view_of(const Tensor* t, bool present = true) {
     v.strides[i] = stride;
     stride *= t->shape()[i];
   }
-  v.device_type = DP_PLUGIN_DEVICE_CPU;
+  v.device_type = ctx.cuda ? DP_PLUGIN_DEVICE_CUDA : DP_PLUGIN_DEVICE_CPU;
+  v.device_index = ctx.cuda ? ctx.cuda_device : 0;
   return v;
 }
 
@@ -330,6 +362,7 @@ class PluginLayer : public Layer {
   }
 
   std::pair<int, int> arity() const override { return {type_->t.min_inputs, type_->t.max_inputs}; }
+  bool runs_on_cuda() const override { return type_->t.device_impls && type_->impls.cuda_forward; }
 
   Shape infer(const std::vector<Shape>& in) override {
     std::vector<dp_plugin_shape> shapes;
@@ -361,31 +394,31 @@ class PluginLayer : public Layer {
     io.out->resize(DP_F32, Shape::batched(io.in[0]->shape()[0], out_sample_));
     auto& ins = inputs_buffer();
     ins.clear();
-    for (const Tensor* t : io.in) ins.push_back(view_of(t));
+    for (const Tensor* t : io.in) ins.push_back(view_of(ctx, t));
     dp_plugin_io pio = io_of(io, ins);
-    pio.output = view_of(io.out);
-    call(type_->t.forward, "forward", ctx, io, pio);
+    pio.output = view_of(ctx, io.out);
+    call(ctx.cuda ? type_->impls.cuda_forward : type_->t.forward, "forward", ctx, io, pio);
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) const override {
     auto& ins = inputs_buffer();
     ins.clear();
-    for (const Tensor* t : io.in) ins.push_back(view_of(t));
+    for (const Tensor* t : io.in) ins.push_back(view_of(ctx, t));
     auto& gins = gin_buffer();
     gins.clear();
     for (size_t i = 0; i < io.gin.size(); ++i) {
       if (io.gin[i]) {
         io.gin[i]->resize(DP_F32, io.in[i]->shape());
-        gins.push_back(view_of(io.gin[i]));
+        gins.push_back(view_of(ctx, io.gin[i]));
       } else {
-        gins.push_back(view_of(io.in[i], false));
+        gins.push_back(view_of(ctx, io.in[i], false));
       }
     }
     dp_plugin_io pio = io_of(io, ins);
-    pio.grad_output = view_of(io.gout);
-    pio.output = view_of(io.out);
+    pio.grad_output = view_of(ctx, io.gout);
+    pio.output = view_of(ctx, io.out);
     pio.grad_inputs = gins.data();
-    call(type_->t.backward, "backward", ctx, io, pio);
+    call(ctx.cuda ? type_->impls.cuda_backward : type_->t.backward, "backward", ctx, io, pio);
   }
 
   void merge_stats(float* buffers, const float* const* stats, const int64_t* count, int replicas) const override {
@@ -393,8 +426,6 @@ class PluginLayer : public Layer {
   }
 
  private:
-  using RunFn = int (*)(const void*, const dp_plugin_run*, const dp_plugin_io*, char*, size_t);
-
   static std::string message(const char* err, const char* fallback) {
     return err[0] ? std::string(err) : std::string(fallback) + " (the plugin gave no message)";
   }
@@ -419,7 +450,7 @@ class PluginLayer : public Layer {
     p.stats = io.stats;
     return p;
   }
-  void call(RunFn fn, const char* what, const RunCtx& ctx, LayerIO& io, const dp_plugin_io& pio) const {
+  void call(dp_plugin_run_fn fn, const char* what, const RunCtx& ctx, LayerIO& io, const dp_plugin_io& pio) const {
     RunHost host{&io, &ctx};
     dp_plugin_run run;
     std::memset(&run, 0, sizeof run);
@@ -431,11 +462,15 @@ class PluginLayer : public Layer {
     run.sample_offset = ctx.sample_offset;
     run.batch_total = ctx.batch_total;
     run.host = &host;
+    run.device_type = ctx.cuda ? DP_PLUGIN_DEVICE_CUDA : DP_PLUGIN_DEVICE_CPU;
+    run.device_index = ctx.cuda ? ctx.cuda_device : 0;
+    run.stream = ctx.cuda_stream;
+    if (!fn) fail(DP_ERR_DEVICE, path + " (" + type + " '" + name + "'): the plugin gave no code for this device");
     char err[1024];
     err[0] = 0;
     if (fn(instance_, &run, &pio, err, sizeof err) != 0)
-      fail(DP_ERR_PLUGIN, path + " (" + type + " '" + name + "', plugin " + type_->lib->path + "): " + what +
-                              " failed: " + message(err, "error"));
+      fail(DP_ERR_PLUGIN, path + " (" + type + " '" + name + "', plugin " + type_->lib->path + "): " +
+                            (ctx.cuda ? "CUDA " : "") + what + " failed: " + message(err, "error"));
   }
 
   std::shared_ptr<const PluginTypeHolder> type_;
@@ -542,7 +577,7 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
   // stays registered.
   if (!reg.refused_versions.empty() && (rc != 0 || reg.pending.empty()))
     fail(DP_ERR_PLUGIN, "plugin " + path + " asks for host API version " + std::to_string(reg.refused_versions[0]) +
-                            "; this dp (" + dp_version() + ") provides version 1" + (err[0] ? std::string(" (plugin: ") + err + ")" : ""));
+                            "; this dp (" + dp_version() + ") provides versions 1 and 2" + (err[0] ? std::string(" (plugin: ") + err + ")" : ""));
   if (!reg.error.empty())
     fail(DP_ERR_PLUGIN, "plugin " + path + ": " + reg.error + "; nothing from this plugin was registered");
   if (rc != 0)

@@ -130,9 +130,11 @@ struct Session {
   dp_optimizer* opt = nullptr;
   std::vector<int64_t> in_shape;  // per sample
 
+  // plugin: a library to load into the context first ("" none).
   Session(const char* json, const std::string& devices, const char* opt_json = nullptr,
-          int split = DP_SPLIT_CHUNK) {
+          int split = DP_SPLIT_CHUNK, const std::string& plugin = "") {
     DP_REQUIRE_OK(dp_context_create(&ctx));
+    if (!plugin.empty()) DP_REQUIRE_OK(dp_context_load_plugin(ctx, plugin.c_str()));
     DP_REQUIRE_OK(dp_model_from_json(ctx, json, &model));
     {
       INFO("devices " << devices);
@@ -202,8 +204,9 @@ struct Run {
   std::vector<float> eval_out;  // outputs in evaluation mode
 };
 
-Run train(const char* json, const std::string& devices, const char* opt, int64_t batch, int steps) {
-  Session s(json, devices, opt);
+Run train(const char* json, const std::string& devices, const char* opt, int64_t batch, int steps,
+          const std::string& plugin = "") {
+  Session s(json, devices, opt, DP_SPLIT_CHUNK, plugin);
   Run r;
   for (int k = 0; k < steps; ++k) {
     float loss = 0;
@@ -261,21 +264,25 @@ std::string str(const std::vector<int64_t>& v) {
 // Status and message of the last call, for messages.
 std::string last(dp_status s) { return std::string(dp_status_name(s)) + ": " + dp_last_error(); }
 
-// The swish plugin: the build's path, or DP_TEST_PLUGIN_SWISH, or next to
-// this program in a build tree copied elsewhere (tests/cuda/../../plugins).
-std::string swish_path() {
-  if (const char* e = std::getenv("DP_TEST_PLUGIN_SWISH")) return e;
+// A plugin of the build: $env, or the build's path, or `rel` from this
+// program in a build tree copied elsewhere (bench/gpu_pack.sh's bundle).
+std::string built_plugin(const char* env, const char* build_path, const char* rel) {
+  if (const char* e = std::getenv(env)) return e;
   namespace fs = std::filesystem;
-#ifdef PLUGIN_SWISH
-  if (fs::exists(PLUGIN_SWISH)) return PLUGIN_SWISH;
-#endif
+  if (build_path && fs::exists(build_path)) return build_path;
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    fs::path p = exe.parent_path() / ".." / ".." / "plugins" / "swish.so";
+    fs::path p = exe.parent_path() / rel;
     if (fs::exists(p)) return p.lexically_normal().string();
   }
   return "";
+}
+// swish, with its CUDA code in a build with CUDA (dp_plugin.h version 2).
+std::string swish_path() { return built_plugin("DP_TEST_PLUGIN_SWISH", PLUGIN_SWISH, "../../plugins/swish.so"); }
+// A plugin relu without CUDA code (a version-1 plugin).
+std::string cpu_only_plugin_path() {
+  return built_plugin("DP_TEST_PLUGIN_RELU", PLUGIN_RELU_FIXTURE, "../plugins/fixture_plugin_relu.so");
 }
 
 }  // namespace
@@ -573,25 +580,25 @@ TEST_CASE("step errors on CUDA: NaN input, wrong target shape; the group stays u
 }
 
 TEST_CASE("a plugin layer type without a CUDA implementation: a clear error at group creation") {
-  progress("errors: plugin layer on cuda:0");
-  std::string swish = swish_path();
-  if (swish.empty()) {
-    FAIL_CHECK("swish.so not found: set DP_TEST_PLUGIN_SWISH to the build's plugins/swish.so");
+  progress("errors: plugin layer without CUDA code on cuda:0");
+  std::string relu = cpu_only_plugin_path();
+  if (relu.empty()) {
+    FAIL_CHECK("fixture_plugin_relu.so not found: set DP_TEST_PLUGIN_RELU to the build's tests/plugins/fixture_plugin_relu.so");
     return;
   }
   dp_context* ctx = nullptr;
   dp_model* m = nullptr;
   DP_REQUIRE_OK(dp_context_create(&ctx));
-  DP_REQUIRE_OK(dp_context_load_plugin(ctx, swish.c_str()));
+  DP_REQUIRE_OK(dp_context_load_plugin(ctx, relu.c_str()));
   DP_REQUIRE_OK(dp_model_from_json(ctx, R"({"input": {"shape": [6]}, "layers": [
-      {"type": "linear", "out_features": 4}, {"type": "swish", "name": "act"}, {"type": "linear", "out_features": 3}],
+      {"type": "linear", "out_features": 4}, {"type": "plugin_relu", "name": "act"}, {"type": "linear", "out_features": 3}],
       "loss": {"type": "cross_entropy"}})", &m));
   dp_group* g = reinterpret_cast<dp_group*>(0x1);
   dp_status st = dp_group_create(m, "cuda:0", &g);
   std::string msg = dp_last_error();
   MESSAGE("plugin layer on cuda:0: " << std::string(dp_status_name(st)) << ": " << msg);
-  CHECK_MESSAGE(st == DP_ERR_DEVICE, "a swish layer on cuda:0: " << std::string(dp_status_name(st)) << " (dp.h: DP_ERR_DEVICE)");
-  CHECK_MESSAGE(msg.find("swish") != std::string::npos, "the message should name the layer type: " << msg);
+  CHECK_MESSAGE(st == DP_ERR_DEVICE, "a plugin_relu layer on cuda:0: " << std::string(dp_status_name(st)) << " (dp.h: DP_ERR_DEVICE)");
+  CHECK_MESSAGE(msg.find("plugin_relu") != std::string::npos, "the message should name the layer type: " << msg);
   CHECK_MESSAGE((msg.find("act") != std::string::npos || msg.find("/layers/1") != std::string::npos),
                 "the message should name the layer ('act' or /layers/1): " << msg);
   if (st == DP_OK) dp_group_destroy(g);
@@ -609,6 +616,41 @@ TEST_CASE("a plugin layer type without a CUDA implementation: a clear error at g
   dp_group_destroy(g);
   dp_model_destroy(m);
   dp_context_destroy(ctx);
+}
+
+// A plugin layer type with CUDA code (swish's, dp_plugin.h version 2) in a
+// model, on 1, 2 and 3 replicas of cuda:0 against CPU groups of the same size:
+// its CUDA forward and backward (beta's gradient summed on the GPU), the
+// optimizer on its parameter, evaluation.
+TEST_CASE("a plugin layer type with CUDA code (swish) trains on cuda:0 x1, x2, x3 as on the CPU") {
+  std::string swish = swish_path();
+  if (swish.empty()) {
+    FAIL_CHECK("swish.so not found: set DP_TEST_PLUGIN_SWISH to the build's plugins/swish.so");
+    return;
+  }
+  // (A swish.so built without CUDA fails at group creation with DP_ERR_DEVICE, naming swish.)
+  const char* json = R"({
+    "seed": 3, "input": {"shape": [12]},
+    "layers": [
+      {"type": "linear", "out_features": 32},
+      {"type": "swish", "name": "s1"},
+      {"type": "linear", "out_features": 16},
+      {"type": "swish", "name": "s2"},
+      {"type": "linear", "out_features": 5}
+    ],
+    "loss": {"type": "cross_entropy"}})";
+  for (const char* opt : {kSgd, kAdam})
+    for (int n : {1, 2, 3}) {
+      const std::string where = std::string("swish plugin, ") + opt + ", " + std::to_string(n) + " replica(s)";
+      progress(where);
+      CAPTURE(where);
+      Run cpu = train(json, cpu_devices(n), opt, 10, 10, swish);
+      Run gpu = train(json, cuda_devices(n), opt, 10, 10, swish);
+      CHECK(gpu.split == cpu.split);
+      expect_close(gpu.params, cpu.params, where + ": parameters (the betas included) after 10 steps");
+      expect_close(gpu.losses, cpu.losses, where + ": losses of the 10 steps", 1e-4, 1e-3);
+      expect_close(gpu.eval_out, cpu.eval_out, where + ": outputs in evaluation mode", 1e-4, 1e-2);
+    }
 }
 
 // -------------------------------------------------------------- checkpoint --

@@ -12,6 +12,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include <map>
 
 #include "backends/cuda/ops/ops.h"
+#include "plugin/plugin.h"
 
 using namespace dp;
 using namespace dp::test;
@@ -152,6 +154,7 @@ struct Case {
   float lo = -2.f, hi = 2.f;   // input values
   bool bn = false;             // batch norm: params in [0.5, 1.5], running stats moved off their init
   bool dropout = false;        // the mask must be the CPU's exactly
+  const Registry* types = nullptr;  // where the layer type comes from (plugins); null: the built-ins
 };
 
 Case make(nlohmann::json j, std::vector<Shape> s, Tol t = kElementwise) {
@@ -203,7 +206,7 @@ std::string describe(const Case& c) {
 void run_case_unguarded(const Case& c) {
   const std::string name = describe(c);
   progress(name);
-  auto l = make_layer(c.layer, c.index);
+  auto l = c.types ? make_layer(*c.types, c.layer, c.index) : make_layer(c.layer, c.index);
   Harness h(*l, c.samples, 7);
   if (c.bn) {
     h.randomize_params(3, 0.5f, 1.5f);
@@ -223,6 +226,8 @@ void run_case_unguarded(const Case& c) {
   }
   d.ctx = h.ctx;
   d.ctx.cuda = g_env.stream->ctx();
+  d.ctx.cuda_device = g_env.device;
+  d.ctx.cuda_stream = g_env.stream->ctx()->stream;
   upload(d.params, h.params);
   upload(d.buffers, h.buffers);
   upload(d.grads, std::vector<float>(h.grads.size(), 0.f));
@@ -611,6 +616,24 @@ TEST_CASE("cuda_count_correct: the first arg-max, ties included") {
     CHECK_MESSAGE(got == want, "cuda_count_correct on 3000 rows gave " << got << ", the CPU rule " << want);
   } catch (const dp::Error& e) {
     FAIL_CHECK("cuda_count_correct: dp::Error " << std::string(dp_status_name(e.status())) << ": " << std::string(e.what()));
+  }
+}
+
+TEST_CASE("a plugin layer type's CUDA code (swish, dp_plugin.h version 2) against its CPU code") {
+  // The plugin's own CPU forward and backward are the reference, as a
+  // built-in's CPU layer is; beta's gradient is summed on the GPU.
+  const char* path = std::getenv("DP_TEST_PLUGIN_SWISH");
+  std::string swish = path ? path : PLUGIN_SWISH;
+  Registry types;
+  Plugins plugins;
+  plugins.load(types, swish, "");
+  REQUIRE_MESSAGE(make_layer(types, {{"type", "swish"}})->runs_on_cuda(), swish << " was built without its CUDA code");
+  for (const Shape& s : {Shape{7}, Shape{3, 5, 5}}) {
+    Case c = make({{"type", "swish"}}, {s});
+    c.types = &types;
+    run_case(c);
+    c.need = {false};  // the model's input: beta's gradient only
+    run_case(c);
   }
 }
 

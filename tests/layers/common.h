@@ -21,14 +21,15 @@ inline const Registry& registry() {
   return r;
 }
 
-// As the model builder does: factory, then finish() rejecting unknown keys.
-inline std::unique_ptr<Layer> make_layer(const nlohmann::json& j, int index = 0) {
+// As the model builder does: factory, then finish() rejecting unknown keys;
+// from `reg` (one with plugins loaded) or the built-ins.
+inline std::unique_ptr<Layer> make_layer(const Registry& reg, const nlohmann::json& j, int index = 0) {
   static thread_local std::vector<nlohmann::json> keep;  // Args keeps a reference
   keep.push_back(j);
   Args a(keep.back(), "/layers/" + std::to_string(index));
   std::string type = j.at("type").get<std::string>();
   a.accept("type");
-  LayerFactory f = registry().layer(type);
+  LayerFactory f = reg.layer(type);
   REQUIRE((f != nullptr));
   auto l = f(a);
   a.finish(type);
@@ -36,6 +37,7 @@ inline std::unique_ptr<Layer> make_layer(const nlohmann::json& j, int index = 0)
   l->index = index;
   return l;
 }
+inline std::unique_ptr<Layer> make_layer(const nlohmann::json& j, int index = 0) { return make_layer(registry(), j, index); }
 
 inline std::unique_ptr<Loss> make_loss(const nlohmann::json& j) {
   static thread_local std::vector<nlohmann::json> keep;

@@ -1,10 +1,25 @@
 /* Small plugins for the load-failure tests and the overhead benchmark, one
- * per FIXTURE_* macro (tests/plugins/meson.build builds each). */
+ * per FIXTURE_* macro (tests/plugins/meson.build builds each). They ask for
+ * host API version 1, as a plugin built against version 1's header does,
+ * except the FIXTURE_V2_* ones and FIXTURE_V1_DEVICE_IMPLS (device code), and
+ * FIXTURE_CUDA_RELU (with FIXTURE_PLUGIN_RELU: the benchmark's relu with CUDA
+ * code from bench/plugin_relu_cuda.cu). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp_plugin.h"
+
+#if defined(FIXTURE_V2_RELU) || defined(FIXTURE_V2_HALF_IMPLS) || defined(FIXTURE_V2_SMALL_IMPLS) || \
+    defined(FIXTURE_CUDA_RELU)
+#define FIXTURE_API 2
+#else
+#define FIXTURE_API 1
+#endif
+#if defined(FIXTURE_V2_RELU) || defined(FIXTURE_V2_HALF_IMPLS) || defined(FIXTURE_V2_SMALL_IMPLS) || \
+    defined(FIXTURE_V1_DEVICE_IMPLS) || defined(FIXTURE_CUDA_RELU)
+#define FIXTURE_DEVICE_CODE 1
+#endif
 
 static const dp_host_api* api;
 static int tag;
@@ -40,6 +55,16 @@ static int forward(const void* instance, const dp_plugin_run* run, const dp_plug
   float* restrict y = io->output.data;
   int64_t i, n = dp_plugin_numel(&io->output);
   (void)instance, (void)run, (void)err, (void)cap;
+#if defined(FIXTURE_V2_RELU)
+  /* Version 2's run fields and views, as a CPU replica gives them. */
+  if (run->struct_size < offsetof(dp_plugin_run, stream) + sizeof run->stream)
+    return snprintf(err, cap, "dp_plugin_run of %zu bytes lacks version 2's fields", run->struct_size), 1;
+  if (run->device_type != DP_PLUGIN_DEVICE_CPU || run->device_index != 0 || run->stream != NULL)
+    return snprintf(err, cap, "on a CPU: device_type %d, device_index %d, stream %p", (int)run->device_type,
+                    (int)run->device_index, run->stream), 1;
+  if (io->inputs[0].device_type != DP_PLUGIN_DEVICE_CPU || io->output.device_type != DP_PLUGIN_DEVICE_CPU)
+    return snprintf(err, cap, "a CPU replica's tensor views should say DP_PLUGIN_DEVICE_CPU"), 1;
+#endif
 #if defined(FIXTURE_FAILS_FORWARD)
   for (i = 0; i < n; ++i)
     if (x[i] > *(const float*)instance)
@@ -130,9 +155,36 @@ static int prelu_backward(const void* instance, const dp_plugin_run* run, const 
 }
 #endif
 
+#if defined(FIXTURE_CUDA_RELU)
+int relu_cuda_forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap);
+int relu_cuda_backward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap);
+#define FIXTURE_CUDA_FORWARD relu_cuda_forward
+#define FIXTURE_CUDA_BACKWARD relu_cuda_backward
+#elif defined(FIXTURE_DEVICE_CODE)
+/* The CUDA entries of the device-code fixtures: a CPU group must never call them. */
+static int cuda_not_here(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
+  (void)instance, (void)run, (void)io;
+  return snprintf(err, cap, "the CUDA entry was called on device type %d", (int)run->device_type), 1;
+}
+#define FIXTURE_CUDA_FORWARD cuda_not_here
+#define FIXTURE_CUDA_BACKWARD cuda_not_here
+#endif
+
 #if !defined(FIXTURE_NO_INIT) && !defined(FIXTURE_WRONG_VERSION)
 static int add(const char* name) {
   dp_plugin_layer_type t;
+#if defined(FIXTURE_DEVICE_CODE)
+  dp_plugin_device_impls impls; /* on the stack: register_layer copies it */
+  memset(&impls, 0, sizeof impls);
+  impls.struct_size = sizeof impls;
+  impls.cuda_forward = FIXTURE_CUDA_FORWARD;
+  impls.cuda_backward = FIXTURE_CUDA_BACKWARD;
+#if defined(FIXTURE_V2_HALF_IMPLS)
+  impls.cuda_backward = NULL;
+#elif defined(FIXTURE_V2_SMALL_IMPLS)
+  impls.struct_size = sizeof(size_t);
+#endif
+#endif
   memset(&t, 0, sizeof t);
   t.struct_size = sizeof t;
   t.name = name;
@@ -145,6 +197,9 @@ static int add(const char* name) {
   t.infer = infer;
   t.forward = forward;
   t.backward = backward;
+#if defined(FIXTURE_DEVICE_CODE)
+  t.device_impls = &impls;
+#endif
 #if defined(FIXTURE_PRELU)
   t.create = prelu_create;
   t.destroy = free;
@@ -165,8 +220,9 @@ DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, siz
   if (!api) return snprintf(err, cap, "needs host API 99"), 1;
   return 0;
 #else
-  api = base->get_api(base, DP_PLUGIN_ABI_VERSION);
-  if (!api) return snprintf(err, cap, "needs host API %d", DP_PLUGIN_ABI_VERSION), 1;
+  api = base->get_api(base, FIXTURE_API);
+  if (!api) return snprintf(err, cap, "needs host API %d", FIXTURE_API), 1;
+  if (api->version != FIXTURE_API) return snprintf(err, cap, "asked for table %d, got %u", FIXTURE_API, api->version), 1;
   base_registrar = base->registrar;
 #if defined(FIXTURE_INIT_FAILS)
   if (add("fixture_half")) return snprintf(err, cap, "unexpected"), 1;
@@ -184,6 +240,10 @@ DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, siz
 #elif defined(FIXTURE_BAD_NAME)
   if (add("fixture_fine")) return 1;
   return add("has space");
+#elif defined(FIXTURE_V2_RELU)
+  return add("fixture_v2_relu");
+#elif defined(FIXTURE_V1_DEVICE_IMPLS) || defined(FIXTURE_V2_HALF_IMPLS) || defined(FIXTURE_V2_SMALL_IMPLS)
+  return add("fixture_device_bad");
 #else /* FIXTURE_PLUGIN_RELU */
   return add("plugin_relu");
 #endif

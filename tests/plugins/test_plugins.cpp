@@ -61,6 +61,14 @@ static_assert(offsetof(dp_plugin_run, training) == 8 && offsetof(dp_plugin_run, 
                   offsetof(dp_plugin_run, step) == 24 && offsetof(dp_plugin_run, sample_offset) == 32 &&
                   offsetof(dp_plugin_run, batch_total) == 40 && offsetof(dp_plugin_run, host) == 48,
               "");
+// Version 2: appended to dp_plugin_run; dp_plugin_device_impls is new.
+static_assert(offsetof(dp_plugin_run, device_type) == 56 && offsetof(dp_plugin_run, device_index) == 60 &&
+                  offsetof(dp_plugin_run, stream) == 64 && sizeof(dp_plugin_run) == 72,
+              "");
+static_assert(offsetof(dp_plugin_device_impls, struct_size) == 0 && offsetof(dp_plugin_device_impls, cuda_forward) == 8 &&
+                  offsetof(dp_plugin_device_impls, cuda_backward) == 16 && sizeof(dp_plugin_device_impls) == 24,
+              "");
+static_assert(DP_PLUGIN_DEVICE_CPU == 0 && DP_PLUGIN_DEVICE_CUDA == 1, "");
 static_assert(offsetof(dp_plugin_io, num_inputs) == 8 && offsetof(dp_plugin_io, inputs) == 16 &&
                   offsetof(dp_plugin_io, output) == 24 && offsetof(dp_plugin_io, grad_inputs) == 328 &&
                   offsetof(dp_plugin_io, stats) == 360,
@@ -121,7 +129,7 @@ TEST_CASE("plugins: each load failure is DP_ERR_PLUGIN, registers nothing and le
   require_error(dp_context_load_plugin(c.ctx, "/nonexistent/nothing.so"), DP_ERR_PLUGIN, {"not found", "/nonexistent/nothing.so"});
   require_error(dp_context_load_plugin(c.ctx, "no_such_plugin"), DP_ERR_PLUGIN, {"not found", "DP_PLUGIN_PATH"});
   require_error(dp_context_load_plugin(c.ctx, FIXTURE_NO_INIT), DP_ERR_PLUGIN, {"does not export dp_plugin_init"});
-  require_error(dp_context_load_plugin(c.ctx, FIXTURE_WRONG_VERSION), DP_ERR_PLUGIN, {"host API version 99", "provides version 1"});
+  require_error(dp_context_load_plugin(c.ctx, FIXTURE_WRONG_VERSION), DP_ERR_PLUGIN, {"host API version 99", "provides versions 1 and 2"});
   require_error(dp_context_load_plugin(c.ctx, FIXTURE_INIT_FAILS), DP_ERR_PLUGIN,
                 {"dp_plugin_init failed", "refusing to load on purpose", "nothing from this plugin was registered"});
   require_error(dp_context_load_plugin(c.ctx, FIXTURE_DUP_BUILTIN), DP_ERR_PLUGIN, {"'relu'", "built-in"});
@@ -178,6 +186,72 @@ TEST_CASE("plugins: constant init, args_int_range, checked declarations, identif
                 {"\"has space\" is not an identifier", "nothing from this plugin was registered"});
   require_error(c.build(model_with(R"({"type": "fixture_fine"})")), DP_ERR_MODEL, {"unknown layer type"});
   CHECK(c.count() == 1);
+}
+
+TEST_CASE("plugins: host API version 2: device code registers, version-1 plugins unchanged, bad device tables refused") {
+  Ctx c;
+  // A version-1 plugin (asks get_api(1), checks that the table says 1) and a
+  // version-2 one with CUDA entries load side by side.
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_PLUGIN_RELU));
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_V2_RELU));
+  const char *path = nullptr, *types = nullptr;
+  DP_REQUIRE_OK(dp_context_plugin_info(c.ctx, 0, &path, &types));
+  CHECK(std::string(types) == "plugin_relu@7");
+  DP_REQUIRE_OK(dp_context_plugin_info(c.ctx, 1, &path, &types));
+  CHECK(std::string(types) == "fixture_v2_relu@7");
+  {  // Only the version-2 type says its own code runs on CUDA replicas.
+    Registry types2;
+    Plugins plugins;
+    plugins.load(types2, FIXTURE_PLUGIN_RELU, "");
+    plugins.load(types2, FIXTURE_V2_RELU, "");
+    CHECK_FALSE(make_layer(types2, {{"type", "plugin_relu"}})->runs_on_cuda());
+    CHECK(make_layer(types2, {{"type", "fixture_v2_relu"}})->runs_on_cuda());
+    CHECK_FALSE(make_layer({{"type", "relu"}})->runs_on_cuda());  // built-ins have their ops in backends/cuda/ops
+  }
+  // Refused, registering nothing: device code from a plugin that asked for
+  // version 1; CUDA forward without backward; a device table too small.
+  require_error(dp_context_load_plugin(c.ctx, FIXTURE_V1_DEVICE_IMPLS), DP_ERR_PLUGIN,
+                {"fixture_device_bad", "device_impls must be NULL for a plugin that asked for host API version 1",
+                 "nothing from this plugin was registered"});
+  require_error(dp_context_load_plugin(c.ctx, FIXTURE_V2_HALF_IMPLS), DP_ERR_PLUGIN,
+                {"fixture_device_bad", "cuda_forward without cuda_backward"});
+  require_error(dp_context_load_plugin(c.ctx, FIXTURE_V2_SMALL_IMPLS), DP_ERR_PLUGIN,
+                {"fixture_device_bad", "device_impls' struct_size 8 is smaller than version 2's"});
+  CHECK(c.count() == 2);
+  require_error(c.build(model_with(R"({"type": "fixture_device_bad"})")), DP_ERR_MODEL, {"unknown layer type"});
+
+  // On CPU devices a type with CUDA code runs its CPU code (the fixture's CUDA
+  // entries fail if called; its CPU forward checks version 2's run fields and
+  // views): bitwise as the version-1 relu, on 1 and 3 devices.
+  auto train = [&](const char* type, const char* devices) {
+    dp_model* m = nullptr;
+    DP_REQUIRE_OK(dp_model_from_json(c.ctx, model_with(std::string(R"({"type": ")") + type + "\"}, " +
+                                                       R"({"type": "linear", "out_features": 2})").c_str(), &m));
+    dp_group* g = nullptr;
+    DP_REQUIRE_OK(dp_group_create(m, devices, &g));
+    dp_optimizer* opt = nullptr;
+    DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1, "momentum": 0.9})", &opt));
+    std::vector<float> x(7 * 4), y(7 * 2);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * float(i));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = std::cos(0.3f * float(i));
+    dp_tensor *tx = make_f32(c.ctx, x, {7, 4}), *ty = make_f32(c.ctx, y, {7, 2});
+    for (int k = 0; k < 4; ++k) {
+      float loss = 0;
+      dp_status st = dp_group_train_step(g, opt, tx, ty, &loss);
+      INFO(type << " on " << devices << ": " << dp_status_name(st) << ": " << dp_last_error());
+      REQUIRE(st == DP_OK);
+    }
+    std::vector<float> p = params_of(m);
+    dp_tensor_destroy(tx), dp_tensor_destroy(ty);
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(g);
+    dp_model_destroy(m);
+    return p;
+  };
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1,cpu:2"}) {
+    CAPTURE(devices);
+    CHECK(train("fixture_v2_relu", devices) == train("plugin_relu", devices));
+  }
 }
 
 TEST_CASE("plugins: a callback's error during training reaches dp_group_train_step; the group stays usable") {

@@ -32,6 +32,8 @@ targets='tests/test_capi tests/test_equivalence tests/test_faults tests/test_tra
   tests/plugins/fixture_init_fails.so tests/plugins/fixture_dup_builtin.so
   tests/plugins/fixture_dup_swish.so tests/plugins/fixture_fails_forward.so
   tests/plugins/fixture_plugin_relu.so tests/plugins/fixture_prelu.so tests/plugins/fixture_bad_name.so
+  tests/plugins/fixture_v2_relu.so tests/plugins/fixture_v1_device_impls.so
+  tests/plugins/fixture_v2_half_impls.so tests/plugins/fixture_v2_small_impls.so
   tests/plugins/test_plugins
   tests/engine/test_local_comm tests/engine/test_model_sync
   tests/dist/test_dist_store tests/dist/test_dist_gloo tests/dist/test_dist_train

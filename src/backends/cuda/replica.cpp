@@ -56,6 +56,8 @@ void CudaReplica::begin(RunCtx& ctx) {
   DP_CUDA_CHECK(cudaSetDevice(device_));
   DP_CUDA_CHECK(cudaStreamWaitEvent(stream_.ctx()->stream, *updated_, 0));  // its GPU's last update or upload
   ctx.cuda = stream_.ctx();
+  ctx.cuda_device = device_;
+  ctx.cuda_stream = stream_.ctx()->stream;
 }
 
 // Straight from a pinned tensor, else through pinned staging (a copy on this

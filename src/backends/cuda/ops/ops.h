@@ -32,7 +32,8 @@ class CudaLoss {
                                 float* loss) = 0;
 };
 
-// Null when the type has no CUDA implementation (a plugin's layer type).
+// Null when the type has no CUDA implementation (a plugin's layer type without
+// CUDA code; one with it runs its own, Layer::runs_on_cuda).
 std::unique_ptr<CudaOp> make_cuda_op(const Layer& layer);
 std::unique_ptr<CudaLoss> make_cuda_loss(const Loss& loss);
 

@@ -30,11 +30,24 @@ const Entry kOps[] = {
     {"softmax", make_cuda_softmax},
     {"tanh", make_cuda_activation},
 };
+
+// A layer whose own forward and backward run on a CUDA replica (a plugin
+// type with CUDA code, dp_plugin.h's dp_plugin_device_impls).
+class OwnCudaOp final : public CudaOp {
+ public:
+  explicit OwnCudaOp(const Layer& layer) : layer_(layer) {}
+  void forward(const RunCtx& ctx, LayerIO& io) override { layer_.forward(ctx, io); }
+  void backward(const RunCtx& ctx, LayerIO& io) override { layer_.backward(ctx, io); }
+
+ private:
+  const Layer& layer_;
+};
 }  // namespace
 
 std::unique_ptr<CudaOp> make_cuda_op(const Layer& layer) {
   for (const Entry& e : kOps)
     if (layer.type == e.type) return e.make(layer);
+  if (layer.runs_on_cuda()) return std::make_unique<OwnCudaOp>(layer);
   return nullptr;
 }
 

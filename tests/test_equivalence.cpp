@@ -164,3 +164,41 @@ TEST_CASE("gradient buckets of any size give bitwise the same result") {
     }
   }
 }
+
+// A linear layer of at least 2 x 64 Ki weights computes its weight gradient
+// in blocks of rows and reports each final as it ends (Layer::grad_splits),
+// so buckets may end inside it: more buckets than layers, started while the
+// layer computes the rest. The blocks do not depend on the bucket size, so
+// any bucket size still gives bitwise the parameters of one bucket, and N
+// devices still train as one.
+TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket size, N devices as one") {
+  const char* json = R"({
+    "seed": 4, "input": {"shape": [600]},
+    "layers": [
+      {"type": "linear", "out_features": 480},
+      {"type": "relu"},
+      {"type": "linear", "out_features": 5}
+    ],
+    "loss": {"type": "cross_entropy"}})";
+  const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+  const char* adam = R"({"type": "adam", "lr": 0.01})";
+  for (const char* opt : {sgd, adam}) {
+    Run one = train(json, "cpu:0", opt, 10, 6);
+    for (int n : {1, 3}) {
+      CAPTURE(opt);
+      CAPTURE(n);
+      setenv("DP_BUCKET_MB", "64", 1);  // one bucket: the layer's pieces are not used
+      Run whole = train(json, cpu_devices(n), opt, 10, 6);
+      setenv("DP_BUCKET_MB", "0.0001", 1);  // a bucket per piece (5 in the first layer: more than layers + 1) and per layer
+      Run tiny = train(json, cpu_devices(n), opt, 10, 6);
+      unsetenv("DP_BUCKET_MB");
+      Run split = train(json, cpu_devices(n), opt, 10, 6);  // the default: 0.25 MiB, cut inside the layer
+      REQUIRE(tiny.params.size() == whole.params.size());
+      CHECK(tiny.params == whole.params);
+      CHECK(split.params == whole.params);
+      // (Adam turns the rounding of near-zero gradients of this wide layer
+      // into steps of size lr: 3e-4 apart; the other tests hold Adam to 1e-5.)
+      if (opt == sgd) require_close(one.params, whole.params);
+    }
+  }
+}

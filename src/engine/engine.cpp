@@ -97,6 +97,7 @@ void Engine::run_replica(int r) {
   const RunPlan& p = *plan_;
   const bool backward = p.job == Job::kTrain || p.job == Job::kBackward;
   try {
+    next_bucket_[static_cast<size_t>(r)] = 0;
     ReplicaDevice& d = *devices_[r];
     Replica& graph = d.graph();
     RunCtx ctx = r < active_ ? (*p.ctxs)[r] : RunCtx{};
@@ -139,23 +140,29 @@ void Engine::run_replica(int r) {
   }
 }
 
-// Layers in reverse, a bucket closed as soon as it holds bucket_floats
-// gradients (and the first layer closes the last one), so that each bucket
-// is final as soon as the backward of its first layer is.
-void Engine::set_bucket_mb(double mb) {
+// Layers in reverse (and within a layer its splits, in reverse), a bucket
+// closed as soon as it holds bucket_floats gradients (and the first layer
+// closes the last one), so that each bucket is final as soon as the backward
+// of its first layer (or piece of one) is.
+void Engine::set_bucket_mb(double mb, bool split_layers) {
   const char* env = std::getenv("DP_BUCKET_MB");
   if (env && std::atof(env) > 0) mb = std::atof(env);
   const int64_t floats = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
   buckets_.clear();
-  closes_.assign(model_.nodes.size(), -1);
+  next_bucket_.assign(static_cast<size_t>(n_), 0);
   int64_t end = model_.num_params();
+  auto close_at = [&](int64_t at) {
+    buckets_.push_back({at, end - at});
+    end = at;
+  };
   for (size_t k = model_.nodes.size(); k-- > 0;) {
-    const int64_t first = model_.nodes[k].param_offset;
-    if (end - first >= floats || (k == 0 && end > 0)) {
-      closes_[k] = static_cast<int>(buckets_.size());
-      buckets_.push_back({first, end - first});
-      end = first;
+    const Node& n = model_.nodes[k];
+    if (split_layers && n.param_count > 0) {
+      const std::vector<int64_t> splits = n.layer->grad_splits();
+      for (size_t i = splits.size(); i-- > 0;)
+        if (end - (n.param_offset + splits[i]) >= floats) close_at(n.param_offset + splits[i]);
     }
+    if (end - n.param_offset >= floats || (k == 0 && end > 0)) close_at(n.param_offset);
   }
 }
 
@@ -167,10 +174,13 @@ int Engine::bucket_at(int64_t begin) const {
   return static_cast<int>(it - buckets_.begin());
 }
 
-void Engine::node_done(int r, size_t node) {
-  if (!bucketed() || closes_[node] < 0) return;
-  const Bucket& b = buckets_[static_cast<size_t>(closes_[node])];
-  reduce_bucket(r, b.begin, b.count);
+void Engine::node_final(int r, size_t node, int64_t from) {
+  if (!bucketed()) return;
+  size_t& j = next_bucket_[static_cast<size_t>(r)];
+  const int64_t final_from = model_.nodes[node].param_offset + from;
+  for (; j < buckets_.size() && buckets_[j].begin >= final_from; ++j) reduce_bucket(r, buckets_[j].begin, buckets_[j].count);
 }
+
+void Engine::node_done(int r, size_t node) { node_final(r, node, 0); }
 
 }  // namespace dp

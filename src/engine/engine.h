@@ -154,9 +154,14 @@ class Engine {
   // The communicator a failed job aborts, so that no replica waits forever
   // on one that threw.
   virtual Communicator* comm() { return nullptr; }
-  // Layer `node` finished its backward on replica r: starts a bucket when
-  // enough gradients are final. Backends call it from their Executor.
+  // Layer `node` finished its backward on replica r: starts every bucket
+  // whose gradients are all final by now (those at and above the node's
+  // param_offset, not started yet). node_final: the same during the layer's
+  // backward, once its gradients from param_offset + from on are (with
+  // split buckets, Layer::grad_splits). Backends call them from their
+  // Executor, on replica r's thread.
   void node_done(int r, size_t node);
+  void node_final(int r, size_t node, int64_t from);
   // With processes: every replica's loss, correct count and statistics, all
   // processes' (an all-reduce in which each process adds only its own
   // replicas'). Every process calls it once per job but kBackward, at the
@@ -169,8 +174,10 @@ class Engine {
   Workers threads_;  // one per replica: replica r's host work runs on thread r
   int active_ = 0;   // replicas in the current run's split
   // Gradient bucket size: the backend's default, or DP_BUCKET_MB (a decimal
-  // number of MiB: 0.001 gives buckets of 262 floats).
-  void set_bucket_mb(double default_mb);
+  // number of MiB: 0.001 gives buckets of 262 floats). split_layers: buckets
+  // may also end inside a layer, at its grad_splits() (an engine whose
+  // executor reports them: node_final).
+  void set_bucket_mb(double default_mb, bool split_layers = false);
   // The buckets, in the order replicas reach them (the layers in reverse):
   // gradients [begin, begin + count).
   struct Bucket {
@@ -189,7 +196,7 @@ class Engine {
   void run_replica(int r);
 
   const RunPlan* plan_ = nullptr;
-  std::vector<int> closes_;  // per node: the bucket its backward completes, or -1
+  std::vector<size_t> next_bucket_;  // per replica: the first bucket of this job it has not started
   std::vector<double> results_;  // gathered: per global replica, loss, correct, statistics
   std::vector<float> stats_;     // gathered statistics, per global replica
   std::mutex error_mu_;

@@ -28,9 +28,16 @@ Replica::Replica(const Model& model, Executor* exec, Allocator* alloc) : model_(
   io_.alloc = alloc;
 }
 
+void Replica::final_from(void* self, int64_t from) {
+  auto* r = static_cast<Replica*>(self);
+  r->exec_->backward_final(r->node_, from);
+}
+
 void Replica::io_for(size_t k) {
   const Node& n = model_.nodes[k];
   LayerIO& io = io_;
+  io.grads_final = nullptr;
+  io.final_user = nullptr;
   io.in.clear();
   for (int j : n.inputs) io.in.push_back(j < 0 ? &input_ : &acts_[j]);
   io.out = &acts_[k];
@@ -68,6 +75,8 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
     }
     io_for(k);
     io_.gout = gout;
+    node_ = k;
+    if (exec_->wants_partial()) io_.grads_final = &Replica::final_from, io_.final_user = this;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int j = n.inputs[i];
       if (j < 0) {

@@ -28,6 +28,11 @@ class Executor {
   // Node `node`'s backward is done: gradients of parameters at offsets >=
   // its param_offset are final (layers run backward in reverse order).
   virtual void backward_done(size_t node) { (void)node; }
+  // Whether backward_final is wanted (LayerIO::grads_final is then set).
+  virtual bool wants_partial() const { return false; }
+  // During node `node`'s backward: its gradients from param_offset + from
+  // on are final (Layer::grad_splits).
+  virtual void backward_final(size_t node, int64_t from) { (void)node, (void)from; }
 };
 
 class Replica {
@@ -59,6 +64,8 @@ class Replica {
  private:
   // Points io_ at node k's tensors (io_ is reused: no allocation per layer).
   void io_for(size_t k);
+  // LayerIO::grads_final during node node_'s backward.
+  static void final_from(void* self, int64_t from);
 
   const Model& model_;
   Executor* exec_ = nullptr;
@@ -72,6 +79,7 @@ class Replica {
   float* grads_at_ = nullptr;  // grads_, or set_grads()
   Tensor input_, loss_grad_;
   LayerIO io_;
+  size_t node_ = 0;  // the node whose backward runs
 };
 
 }  // namespace dp

@@ -59,6 +59,12 @@ struct LayerIO {
   float* stats = nullptr;         // per replica, stats_size() floats, written by a training forward
   std::vector<Tensor>* scratch = nullptr;  // per replica and layer, kept across steps
   Allocator* alloc = nullptr;  // where scratch lives: null for host memory, a GPU's allocator
+  // backward: a layer with grad_splits() calls grads_final(final_user, s)
+  // for each of its splits s, in decreasing order, once the gradients of its
+  // parameters from s to their end are final (their reduction can start
+  // while it computes the rest). Null when nobody listens.
+  void (*grads_final)(void* user, int64_t from) = nullptr;
+  void* final_user = nullptr;
 
   // Scratch tensor k of this replica (created on first use, then reused).
   Tensor& tmp(size_t k) {
@@ -87,6 +93,11 @@ class Layer {
   virtual std::vector<TensorSpec> buffers() const { return {}; }
   // Floats of per-replica statistics a training forward writes (batch norm).
   virtual int64_t stats_size() const { return 0; }
+  // Offsets within this layer's parameters (increasing, inside (0, count))
+  // at which its CPU backward reports gradients final early (LayerIO::
+  // grads_final): a large layer's gradient then reaches the reduction in
+  // pieces. The same on every replica; none by default.
+  virtual std::vector<int64_t> grad_splits() const { return {}; }
 
   virtual void forward(const RunCtx& ctx, LayerIO& io) const = 0;
   virtual void backward(const RunCtx& ctx, LayerIO& io) const = 0;

@@ -1,4 +1,5 @@
 // y = x W^T + b over the last dim of the input.
+#include <algorithm>
 #include <cmath>
 
 #include "core/blas.h"
@@ -58,14 +59,36 @@ class Linear final : public Layer, public LinearAttrs {
       io.gin[0]->resize(DP_F32, x.shape());
       gemm(ctx.pool, false, false, R, in_, out_, 1.f, g, out_, W, in_, 0.f, io.gin[0]->f32(), in_);
     }
-    gemm(ctx.pool, true, false, out_, in_, R, 1.f, g, out_, x.f32(), in_, 1.f, dW, in_);
-    if (bias_) {
+    if (bias_) {  // first: it ends the parameters, the first piece reported final
       float* db = dW + out_ * in_;
       parallel_for(ctx.pool, out_, 64, [&](int64_t lo, int64_t hi) {
         for (int64_t r = 0; r < R; ++r)
           for (int64_t j = lo; j < hi; ++j) db[j] += g[r * out_ + j];
       });
     }
+    // dW in blocks of rows, the last first, each reported final as it ends
+    // (grad_splits): a large layer's reduction starts while it computes.
+    const int64_t block = split_rows();
+    for (int64_t o0 = (out_ - 1) / block * block; o0 >= 0; o0 -= block) {
+      const int64_t rows = std::min(block, out_ - o0);
+      gemm(ctx.pool, true, false, rows, in_, R, 1.f, g + o0, out_, x.f32(), in_, 1.f, dW + o0 * in_, in_);
+      if (o0 > 0 && io.grads_final) io.grads_final(io.final_user, o0 * in_);
+    }
+  }
+
+  std::vector<int64_t> grad_splits() const override {
+    std::vector<int64_t> s;
+    for (int64_t o = split_rows(); o < out_; o += split_rows()) s.push_back(o * in_);
+    return s;
+  }
+
+ private:
+  // Rows of W per block of the weight gradient: blocks of about 64 Ki floats
+  // (256 KB) for a layer of at least two; all of W in one otherwise.
+  int64_t split_rows() const {
+    constexpr int64_t kBlockFloats = 64 * 1024;
+    if (out_ * in_ < 2 * kBlockFloats) return out_;
+    return (kBlockFloats + in_ - 1) / in_;
   }
 };
 }  // namespace

@@ -1,6 +1,7 @@
 // Ranks as forked processes of a test, over loopback (tests/dist).
 #pragma once
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -71,11 +72,20 @@ std::vector<Outcome> run_ranks(const std::vector<RankFn>& ranks, double deadline
     pids.push_back(pid);
     pipes.push_back(p[0]);
   }
+  // Each child's pipe is drained while it runs: a result larger than the
+  // pipe's buffer (64 KB) would otherwise block the child forever.
   std::vector<Outcome> out(ranks.size());
+  for (int fd : pipes) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  auto drain = [&](size_t i) {
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(pipes[i], buf, sizeof buf)) > 0) out[i].message.append(buf, static_cast<size_t>(n));
+  };
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < pids.size(); ++i) {
     int st = 0;
     while (::waitpid(pids[i], &st, WNOHANG) == 0) {
+      for (size_t j = i; j < pids.size(); ++j) drain(j);
       if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(deadline_s)) {
         ::kill(pids[i], SIGKILL);
         ::waitpid(pids[i], &st, 0);
@@ -84,11 +94,9 @@ std::vector<Outcome> run_ranks(const std::vector<RankFn>& ranks, double deadline
       }
       ::usleep(10000);
     }
+    drain(i);
     out[i].status = st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    if (st != -1 && WIFSIGNALED(st)) out[i].message = "killed by signal " + std::to_string(WTERMSIG(st)) + ": ";
-    char buf[1024];
-    ssize_t n;
-    while ((n = ::read(pipes[i], buf, sizeof buf)) > 0) out[i].message.append(buf, static_cast<size_t>(n));
+    if (st != -1 && WIFSIGNALED(st)) out[i].message = "killed by signal " + std::to_string(WTERMSIG(st)) + ": " + out[i].message;
     ::close(pipes[i]);
   }
   return out;

@@ -7,6 +7,7 @@
 // world size goes on as the uninterrupted one; differing models, optimizers
 // and datasets are refused on every process; a rank killed mid-step fails
 // its peers' calls with DP_ERR_COMM within seconds.
+#include <cstdlib>
 #include <signal.h>
 #include <unistd.h>
 
@@ -126,6 +127,26 @@ TEST_CASE("clip_grad_norm and gradient accumulation across processes: as one pro
     REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
     require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4");
   }
+}
+
+// A layer large enough to report its gradient in pieces (Layer::grad_splits:
+// 64 x 3072 weights, 3 blocks of rows) with buckets small enough to end
+// inside it: the stage sums pieces over the processes while the layer
+// computes the rest, and the result is still one process's.
+TEST_CASE("buckets inside a large layer across processes: as one process") {
+  Setup s;
+  s.model = R"({"seed": 7, "input": {"shape": [6]},
+    "layers": [{"type": "linear", "out_features": 64}, {"type": "tanh"}, {"type": "linear", "out_features": 3072},
+               {"type": "relu"}, {"type": "linear", "out_features": 5}],
+    "loss": {"type": "cross_entropy"}})";
+  s.batch = 10;
+  setenv("DP_BUCKET_MB", "0.25", 1);
+  s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+  const Result four = run(s, 0, 0, 0);
+  const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+  unsetenv("DP_BUCKET_MB");
+  REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
+  require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4, buckets inside a layer");
 }
 
 TEST_CASE("two runs of the same world are bitwise the same") {

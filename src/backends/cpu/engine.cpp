@@ -44,10 +44,18 @@ namespace {
 
 class CpuEngine;
 
+// The most buckets a step may have (Engine::set_bucket_mb cuts them at nodes
+// and at layers' grad_splits): the collectives a replica starts per job.
+int max_buckets(const Model& model) {
+  size_t n = model.nodes.size() + 1;
+  for (const Node& node : model.nodes) n += node.layer->grad_splits().size();
+  return static_cast<int>(n);
+}
+
 // Runs the Layer objects, and reports each finished backward to the engine.
 class CpuExecutor final : public Executor {
  public:
-  CpuExecutor(const Model& m, std::function<void(size_t)> done) : model_(m), done_(std::move(done)) {}
+  CpuExecutor(const Model& m, std::function<void(size_t, int64_t)> final) : model_(m), final_(std::move(final)) {}
   void forward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->forward(ctx, io); }
   void backward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->backward(ctx, io); }
   void add(float* dst, const float* src, int64_t n) override {
@@ -55,17 +63,19 @@ class CpuExecutor final : public Executor {
   }
   void zero(float* dst, int64_t n) override { std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float)); }
   bool zero_grads_by_layer() const override { return true; }
-  void backward_done(size_t node) override { done_(node); }
+  void backward_done(size_t node) override { final_(node, 0); }
+  bool wants_partial() const override { return true; }
+  void backward_final(size_t node, int64_t from) override { final_(node, from); }
 
  private:
   const Model& model_;
-  std::function<void(size_t)> done_;
+  std::function<void(size_t, int64_t)> final_;  // Engine::node_final of this replica
 };
 
 class CpuDevice final : public ReplicaDevice {
  public:
-  CpuDevice(const Model& model, int threads, std::function<void(size_t)> done)
-      : model_(model), pool_(threads), exec_(model, std::move(done)), graph_(model, &exec_, nullptr) {}
+  CpuDevice(const Model& model, int threads, std::function<void(size_t, int64_t)> final)
+      : model_(model), pool_(threads), exec_(model, std::move(final)), graph_(model, &exec_, nullptr) {}
 
   Replica& graph() override { return graph_; }
   void begin(RunCtx& ctx) override { ctx.pool = &pool_; }
@@ -110,10 +120,12 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(Model& model, int devices, int threads)
       : Engine(model, devices),
-        comm_(devices, static_cast<int>(model.nodes.size()) + 1,
+        comm_(devices, max_buckets(model),
               [this](float* out, const float* const* in, int k, int64_t b, int64_t e) { sum_then_step(out, in, k, b, e); },
               Optimizer::kGrain, [this](float* out, int64_t) { bucket_summed(out); }) {
-    set_bucket_mb(0.25);  // a bucket per large layer: their sums overlap the backward of the layers before
+    // A bucket per large layer, or piece of one (Layer::grad_splits): their
+    // sums overlap the backward of what comes before.
+    set_bucket_mb(0.25, true);
     set_threads_per_device(threads);
   }
 
@@ -131,7 +143,7 @@ class CpuEngine final : public Engine {
     Engine::set_processes(procs, rank, first, global);
     // Fewer, larger buckets than between threads: each costs a round trip
     // over the network.
-    set_bucket_mb(1);
+    set_bucket_mb(1, true);
     ready_.assign(buckets_.size(), 0);
     stage_ = std::thread(&CpuEngine::stage_main, this);
   }
@@ -139,7 +151,8 @@ class CpuEngine final : public Engine {
   void set_threads_per_device(int threads) override {
     devices_.clear();
     for (int r = 0; r < n_; ++r)
-      devices_.push_back(std::make_unique<CpuDevice>(model_, threads, [this, r](size_t node) { node_done(r, node); }));
+      devices_.push_back(std::make_unique<CpuDevice>(
+          model_, threads, [this, r](size_t node, int64_t from) { node_final(r, node, from); }));
   }
 
   void comm_seconds(double* busy, double* exposed) const override {

@@ -7,8 +7,8 @@
  * do), and registers its layer types through it:
  *
  *   DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, char* err, size_t cap) {
- *     const dp_host_api* api = base->get_api(base, DP_PLUGIN_ABI_VERSION);
- *     if (!api) { snprintf(err, cap, "needs host API %d", DP_PLUGIN_ABI_VERSION); return 1; }
+ *     const dp_host_api* api = base->get_api(base, 1);  // the lowest version whose features it uses
+ *     if (!api) { snprintf(err, cap, "needs host API 1"); return 1; }
  *     return api->register_layer(base->registrar, &my_type);
  *   }
  *
@@ -52,7 +52,9 @@ extern "C" {
  * supports (today: 1 and 2); get_api returns NULL for any other. Version 2
  * adds device code: a layer type may bring CUDA forward and backward
  * (dp_plugin_device_impls), and dp_plugin_run says where a call runs. A
- * plugin written for version 1 asks for 1 and works unchanged. */
+ * plugin asks for the lowest version whose features it uses (a CPU-only one:
+ * 1), so that it loads on every dp that has them; one written for version 1
+ * works unchanged. */
 #define DP_PLUGIN_ABI_VERSION 2
 #define DP_PLUGIN_MAX_DIMS 8 /* = DP_MAX_DIMS */
 

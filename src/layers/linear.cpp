@@ -67,8 +67,10 @@ class Linear final : public Layer, public LinearAttrs {
       });
     }
     // dW in blocks of rows, the last first, each reported final as it ends
-    // (grad_splits): a large layer's reduction starts while it computes.
-    const int64_t block = split_rows();
+    // (grad_splits), when someone listens: a large layer's reduction starts
+    // while it computes. (The blocks are the same whatever the buckets, so any
+    // bucket size sums the same numbers.)
+    const int64_t block = io.grads_final ? split_rows() : out_;
     for (int64_t o0 = (out_ - 1) / block * block; o0 >= 0; o0 -= block) {
       const int64_t rows = std::min(block, out_ - o0);
       gemm(ctx.pool, true, false, rows, in_, R, 1.f, g + o0, out_, x.f32(), in_, 1.f, dW + o0 * in_, in_);
@@ -83,12 +85,14 @@ class Linear final : public Layer, public LinearAttrs {
   }
 
  private:
-  // Rows of W per block of the weight gradient: blocks of about 64 Ki floats
-  // (256 KB) for a layer of at least two; all of W in one otherwise.
+  // Rows of W per block of the weight gradient: about 64 Ki floats (256 KB),
+  // and at least 64 rows (each block is a product that reads all of x: thin
+  // ones cost more than they overlap); all of W in one when that leaves fewer
+  // than two blocks.
   int64_t split_rows() const {
-    constexpr int64_t kBlockFloats = 64 * 1024;
-    if (out_ * in_ < 2 * kBlockFloats) return out_;
-    return (kBlockFloats + in_ - 1) / in_;
+    constexpr int64_t kBlockFloats = 64 * 1024, kMinRows = 64;
+    const int64_t rows = std::max(kMinRows, (kBlockFloats + in_ - 1) / in_);
+    return out_ < 2 * rows ? out_ : rows;
   }
 };
 }  // namespace

@@ -466,6 +466,8 @@ class PluginLayer : public Layer {
     run.device_index = ctx.cuda ? ctx.cuda_device : 0;
     run.stream = ctx.cuda_stream;
     if (!fn) fail(DP_ERR_DEVICE, path + " (" + type + " '" + name + "'): the plugin gave no code for this device");
+    // Device code launches on the replica's stream: never on the legacy one.
+    if (ctx.cuda && !ctx.cuda_stream) fail(DP_ERR_INTERNAL, path + ": a CUDA replica's RunCtx without its stream");
     char err[1024];
     err[0] = 0;
     if (fn(instance_, &run, &pio, err, sizeof err) != 0)

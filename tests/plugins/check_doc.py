@@ -49,6 +49,8 @@ with tempfile.TemporaryDirectory() as tmp:
     env = dict(os.environ, PATH=path, PKG_CONFIG_PATH=pc)
     env.pop('DP_PLUGIN_PATH', None)
     problems, skipped = [], []
+    devices = subprocess.run([dp_exe, 'devices'], capture_output=True, text=True, env=env).stdout
+    has_gpu = re.search(r'^cuda:[0-9]', devices, re.M) is not None
 
     def check_result(out, what):
         """The block's dp plugins line, its symbols, and (if it trained) its result."""
@@ -79,7 +81,9 @@ with tempfile.TemporaryDirectory() as tmp:
             sys.exit(1)
         trained = check_result(r.stdout, what)
         if not trained:
-            if script in cuda_scripts:
+            if script in cuda_scripts and has_gpu:
+                problems.append(f'{what}: a GPU is here (dp devices lists cuda:0) but the block did not train')
+            elif script in cuda_scripts:
                 skipped.append('training on cuda:0 (no GPU: built and listed only)')
             else:
                 problems.append(f'{what}: no training result')

@@ -14,6 +14,11 @@
 #   4 large MLP  dp's training TFLOP/s on examples/large_mlp.json against torch.mm
 #   5 plugin     bench/plugin_relu on cuda:0: a plugin relu with CUDA code (dp_plugin.h
 #                version 2) against the built-in relu, time ratio (target <= 1.05)
+#   6 precision  mixed precision: dp --precision bf16 against PyTorch's autocast variants
+#                (channels_last + cudnn.benchmark; torch.compile with COMPILE=1) on the
+#                ResNet at batch 256 and 1024, the large MLP's bf16 step against a bf16
+#                torch.mm, and (with Fashion-MNIST in <build>/data/fashion-mnist, see
+#                bench/gpu_pack.sh) the CNN trained 5 epochs in fp32 and in bf16
 #
 # Environment (all optional):
 #   DP_BUILD       a configured and built dp build directory (skips stage 1)
@@ -23,6 +28,7 @@
 #   BUDGET_S       seconds for stages 2-4 together (default 420); each step is
 #                  also bounded by its own timeout
 #   ROUNDS         interleaved dp/torch rounds per model (default 3; medians reported)
+#   COMPILE        1: also torch.compile + autocast in stage 6 (a minute or more of compiling)
 #   MLP_STEPS, CNN_STEPS, LARGE_STEPS, LARGE_BATCH   timed steps and the large MLP's batch
 #   DP_EXTRA_LIBS  colon-separated directories of runtime libraries to add (e.g. a
 #                  copied libopenblas.so.0); <build>/runtime-libs is added when it exists
@@ -342,6 +348,39 @@ else
   summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
 fi
 
+# ---------------------------------------------------------- stage 6 -------
+stage "6 mixed precision: dp bf16 against PyTorch autocast (bf16) variants"
+for batch in 256 1024; do
+  run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16 --precision bf16
+  run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16_cudnn_benchmark --precision bf16 --cudnn-benchmark
+  run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_bf16_channels_last_cudnn_benchmark --amp bf16 --channels-last \
+    --cudnn-benchmark
+  if [ "${COMPILE:-0}" = 1 ]; then
+    run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_compile_bf16 --amp bf16 --compile --cudnn-benchmark
+  fi
+done
+log="$LOGS/mm_bf16.log"
+bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 --dtype bf16 > "$log" 2>&1
+record mm_bf16 large_mlp torch 0 "$?" "$log"
+say "  torch.mm bf16: $(tail -n 1 "$log")"
+run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 dp_bf16 --precision bf16
+run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch_bf16 --amp bf16
+data="$B/data/fashion-mnist"
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  for p in fp32 bf16; do
+    log="$LOGS/accuracy_$p.log"
+    bounded 300 "$DP" train "$root/examples/fashion_mnist_cnn.json" --data "fashion-mnist:$data" --devices cuda:0 \
+      --epochs 5 --batch-size 64 --precision "$p" > "$log" 2>&1
+    rc=$?
+    record accuracy fashion_mnist_cnn "dp_$p" 0 "$rc" "$log"
+    say "  Fashion-MNIST CNN, 5 epochs, $p: $(tail -n 1 "$log")"
+  done
+else
+  say "  (no $data: the 5-epoch accuracy check needs Fashion-MNIST packed, DP_PACK_DATA=1 bench/gpu_pack.sh)"
+fi
+say ""
+"$PY" "$TORCH_PY" report "$RESULTS" --section precision | tee "$LOGS/table_precision.txt"
+
 # ---------------------------------------------------------- summary -------
 json_out=""
 if [ -n "${OUT:-}" ]; then
@@ -351,7 +390,7 @@ fi
 stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages 2-5)"
 say "GPU: $gpu | OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, kernel $blas_core | $torch_info"
 for s in "${summary[@]}"; do say "$s"; done
-cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" 2>/dev/null
+cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" "$LOGS/table_precision.txt" 2>/dev/null
 say "logs: $LOGS${json_out:+; table: $json_out}"
 if [ "${#failures[@]}" -gt 0 ]; then
   say "FAILURES (${#failures[@]}):"

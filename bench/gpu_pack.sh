@@ -7,7 +7,8 @@
 # LD_LIBRARY_PATH. cuBLAS, cuDNN and NCCL come from the machine (PyTorch's
 # pip packages), as the same major versions.
 #
-#   bench/gpu_pack.sh [BUILD_DIR [OUT.tar.xz]]   (defaults: build-gpu, .gpu/bundle.tar.xz)
+#   bench/gpu_pack.sh [BUILD_DIR [OUT.tar.xz]]   (defaults: build-gpu, .gpu/bundle.tar.xz;
+#                                                 DP_PACK_DATA=1 adds Fashion-MNIST)
 #   then, there:  tar -xJf bundle.tar.xz -C /tmp && DP_BUILD=/tmp/build-gpu bench/gpu.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,5 +31,9 @@ mkdir -p "$dst/runtime-libs"
 for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-/ {print $3}'); do
   cp -L "$lib" "$dst/runtime-libs/"
 done
+# DP_PACK_DATA=1: Fashion-MNIST too (30 MB, for gpu.sh's 5-epoch accuracy check).
+if [ "${DP_PACK_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p "$dst/data" && cp -r /usr/share/datasets/fashion-mnist "$dst/data/"
+fi
 tar -C "$stage" -cJf "$out" "$(basename "$build")"
 echo "$out: $(du -h "$out" | cut -f1)"

@@ -284,8 +284,9 @@ def setup_cuda(args):
     import torch
     if not torch.cuda.is_available():
         raise SystemExit(f'torch {torch.__version__} sees no CUDA device (torch.version.cuda = {torch.version.cuda})')
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    tf32 = bool(getattr(args, 'tf32', False))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = bool(getattr(args, 'cudnn_benchmark', False))
     return torch.device(args.device)
 
@@ -297,6 +298,14 @@ def cmd_train(args):
     torch.manual_seed(0)
     model = build_model(spec).to(dev)
     model.train()
+    # The variants a PyTorch user reaches for: channels_last activations and
+    # weights, autocast to bf16/fp16 (fp16 with a GradScaler), torch.compile.
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    amp = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(args.amp)
+    scaler = torch.amp.GradScaler('cuda') if args.amp == 'fp16' else None
+    fwd = torch.compile(model) if args.compile else model
     loss_fn, classes = make_loss(spec)
     opt = make_optimizer(model.parameters(), json.loads(args.optimizer))
     b = args.batch_size
@@ -312,10 +321,18 @@ def cmd_train(args):
     def step():
         x = x_host.to(dev, non_blocking=True)
         y = y_host.to(dev, non_blocking=True)
+        if x.dim() == 4:
+            x = x.contiguous(memory_format=fmt)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        with torch.autocast('cuda', dtype=amp, enabled=amp is not None):
+            loss = loss_fn(fwd(x), y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         return loss.item()
 
     for _ in range(args.warmup):
@@ -332,7 +349,9 @@ def cmd_train(args):
                       'steps': args.steps, 'batch_size': b, 'loss': loss,
                       'params': sum(p.numel() for p in model.parameters()),
                       'linear_macs_per_sample': model.linear_macs, 'torch': torch.__version__,
-                      'cudnn_benchmark': torch.backends.cudnn.benchmark, 'device': str(dev)}))
+                      'cudnn_benchmark': torch.backends.cudnn.benchmark, 'device': str(dev), 'amp': args.amp,
+                      'channels_last': args.channels_last, 'compile': args.compile,
+                      'allow_tf32': torch.backends.cuda.matmul.allow_tf32}))
     return 0
 
 
@@ -341,10 +360,11 @@ def cmd_mm(args):
     dev = setup_cuda(args)
     m, k, n = args.m, args.k, args.n
     g = torch.Generator(device=dev).manual_seed(0)
-    a = torch.randn(m, k, device=dev, generator=g)      # activations [B, in]
-    w = torch.randn(n, k, device=dev, generator=g)      # weight [out, in]
-    b = torch.randn(k, n, device=dev, generator=g)
-    go = torch.randn(m, n, device=dev, generator=g)     # output gradient [B, out]
+    dt = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[args.dtype]
+    a = torch.randn(m, k, device=dev, generator=g).to(dt)      # activations [B, in]
+    w = torch.randn(n, k, device=dev, generator=g).to(dt)      # weight [out, in]
+    b = torch.randn(k, n, device=dev, generator=g).to(dt)
+    go = torch.randn(m, n, device=dev, generator=g).to(dt)     # output gradient [B, out]
 
     def timed(fn, flops):
         for _ in range(5):
@@ -359,7 +379,7 @@ def cmd_mm(args):
         return {'ms': round(ms, 4), 'tflops': round(flops / (ms * 1e-3) / 1e12, 3)}
 
     flops = 2.0 * m * n * k
-    res = {'m': m, 'k': k, 'n': n, 'iters': args.iters, 'torch': torch.__version__,
+    res = {'m': m, 'k': k, 'n': n, 'iters': args.iters, 'torch': torch.__version__, 'dtype': args.dtype,
            'allow_tf32': torch.backends.cuda.matmul.allow_tf32}
     res['mm'] = timed(lambda: torch.mm(a, b), flops)                 # the reference: [m, k] x [k, n]
     res['forward'] = timed(lambda: torch.mm(a, w.t()), flops)        # y = x W^T
@@ -452,6 +472,34 @@ def cmd_report(args):
                             'torch_samples_per_second': th, 'dp_tflops': tf(dp), 'torch_tflops': tf(th),
                             'mm_tflops': ref, 'training_products_tflops': train3,
                             'dp_percent_of_mm': pct(tf(dp)), 'torch_percent_of_mm': pct(tf(th)), 'mm': mm}
+    if section in ('precision', 'all'):
+        # Mixed precision: every variant run per model (impl names say which:
+        # dp_bf16*, torch_* with autocast), the best dp one against the best
+        # PyTorch one; the large MLP's bf16 step against a bare bf16 torch.mm.
+        keyed = [r for r in runs if 'bf16' in r['impl'] or 'fp16' in r['impl']]
+        out['precision'] = {}
+        for key in dict.fromkeys((r['model'], (r.get('result') or {}).get('batch_size')) for r in keyed if r['rc'] == 0):
+            m, batch = key
+            impls = list(dict.fromkeys(r['impl'] for r in keyed if r['model'] == m))
+            med = {i: median([r['result']['samples_per_second'] for r in keyed if r['model'] == m and r['impl'] == i
+                              and r['rc'] == 0 and (r.get('result') or {}).get('batch_size') == batch]) for i in impls}
+            dp_best = max((v for i, v in med.items() if i.startswith('dp') and v), default=None)
+            th_best = max((v for i, v in med.items() if i.startswith('torch') and v), default=None)
+            print(f'{m}, batch {batch}: ' + ', '.join(f'{i} {fmt(v)}' for i, v in med.items()) +
+                  f'; best dp / best torch {fmt(dp_best / th_best if dp_best and th_best else None, "{:.2f}x")}')
+            out['precision'][f'{m}@{batch}'] = {'samples_per_second': med, 'dp_over_torch_best':
+                                                dp_best / th_best if dp_best and th_best else None}
+        mm16 = next((r.get('result') for r in rows if r['kind'] == 'mm_bf16'), None)
+        info = infos.get('large_mlp') or {}
+        macs = info.get('linear_macs_per_sample')
+        dp16 = median([r['result']['samples_per_second'] for r in keyed if r['model'] == 'large_mlp'
+                       and r['impl'].startswith('dp') and r['rc'] == 0])
+        if mm16 and macs and dp16:
+            step = dp16 * 6 * macs / 1e12
+            ref = mm16['training_products_tflops']
+            print(f'large MLP bf16: dp step {step:.1f} TFLOP/s, bare bf16 torch.mm (the 3 products) {ref:.1f}: '
+                  f'{100 * step / ref:.0f}% (target >= 90%)')
+            out['precision']['large_mlp_vs_mm'] = {'dp_tflops': step, 'mm_tflops': ref}
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(out, f, indent=2)
@@ -473,15 +521,20 @@ def main():
     t.add_argument('--optimizer', default='{"type": "sgd", "lr": 0.01, "momentum": 0.9}')
     t.add_argument('--device', default='cuda')
     t.add_argument('--cudnn-benchmark', action='store_true')
+    t.add_argument('--tf32', action='store_true', help='allow TF32 (matmul and cuDNN)')
+    t.add_argument('--amp', choices=['bf16', 'fp16'], help='torch.autocast to this dtype (fp16 with a GradScaler)')
+    t.add_argument('--channels-last', action='store_true', help='channels_last model and inputs')
+    t.add_argument('--compile', action='store_true', help='torch.compile the model')
     m = sub.add_parser('mm')
     m.add_argument('--m', type=int, default=8192)
     m.add_argument('--k', type=int, default=4096)
     m.add_argument('--n', type=int, default=4096)
     m.add_argument('--iters', type=int, default=50)
     m.add_argument('--device', default='cuda')
+    m.add_argument('--dtype', choices=['fp32', 'bf16', 'fp16'], default='fp32')
     r = sub.add_parser('report')
     r.add_argument('results')
-    r.add_argument('--section', choices=['models', 'large_mlp', 'all'], default='all')
+    r.add_argument('--section', choices=['models', 'large_mlp', 'precision', 'all'], default='all')
     r.add_argument('--json')
     args = p.parse_args()
     return {'info': cmd_info, 'train': cmd_train, 'mm': cmd_mm, 'report': cmd_report}[args.cmd](args)

@@ -236,9 +236,20 @@ typedef enum dp_group_option {
    * once per shape on the first step (PyTorch's torch.backends.cudnn.benchmark);
    * 0 (default): cuDNN's heuristics, preferring deterministic algorithms, so
    * gradients are the same run to run. */
-  DP_GROUP_CUDNN_BENCHMARK = 3
+  DP_GROUP_CUDNN_BENCHMARK = 3,
+  /* Mixed precision, as torch.autocast on CUDA: DP_PRECISION_FP32 (default)
+   * computes everything in float32; DP_PRECISION_BF16 / _FP16 run the matrix
+   * products (linear) and convolutions on GPUs with operands rounded to
+   * bfloat16 / float16 and float32 accumulation (tensor cores), while
+   * parameters, gradients (and their sum over devices), optimizer state,
+   * checkpoints, activations between layers, softmax, losses and batch norm
+   * stay float32. FP16 gradients may overflow or vanish without loss scaling
+   * (dp_optimizer_set_grad_scaler). CPU devices compute in float32 only:
+   * another value fails there with DP_ERR_DEVICE, the group unchanged. */
+  DP_GROUP_PRECISION = 4
 } dp_group_option;
 enum { DP_SPLIT_CHUNK = 0, DP_SPLIT_BALANCED = 1 };
+enum { DP_PRECISION_FP32 = 0, DP_PRECISION_BF16 = 1, DP_PRECISION_FP16 = 2 };
 DP_API dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value);
 
 /* Training mode (1, the default) or evaluation mode (0): dropout and batch

@@ -479,6 +479,8 @@ class Group : public detail::Handle<dp_group, dp_group_destroy> {
   void set_allow_tf32(bool allow = true) { set_option(DP_GROUP_ALLOW_TF32, allow ? 1 : 0); }
   // cuDNN times convolution algorithms (PyTorch's cudnn.benchmark).
   void set_cudnn_benchmark(bool on = true) { set_option(DP_GROUP_CUDNN_BENCHMARK, on ? 1 : 0); }
+  // DP_PRECISION_FP32, _BF16 or _FP16 (mixed precision on GPUs; dp.h).
+  void set_precision(int precision) { set_option(DP_GROUP_PRECISION, precision); }
 
   // model.train() / model.eval().
   void train(bool training = true) { check(dp_group_set_training(get(), training ? 1 : 0)); }

@@ -206,6 +206,18 @@ with tempfile.TemporaryDirectory() as tmp:
     # Benchmark.
     r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '32', '--steps', '5')
     expect(r.returncode == 0 and last_json(r.stdout)['samples_per_second'] > 0, 'bench prints samples/s', r.stdout + r.stderr)
+    # GPU knobs on CPU devices: the speed preset and fp32 are accepted (and
+    # reported); bf16/fp16 are refused naming why; an unknown precision is usage.
+    r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '32', '--steps', '2', '--fast', '--precision', 'fp32')
+    j = last_json(r.stdout) if r.returncode == 0 else {}
+    expect(j.get('allow_tf32') is True and j.get('cudnn_benchmark') is True and j.get('precision') == 'fp32',
+           '--fast sets TF32 and cudnn.benchmark; fp32 on CPUs', r.stdout + r.stderr)
+    for p in ('bf16', 'fp16'):
+        r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--steps', '2', '--precision', p)
+        expect(r.returncode == 2 and '--precision ' + p in r.stderr and 'CUDA devices' in r.stderr,
+               f'--precision {p} on CPUs: refused, naming why', r.stdout + r.stderr)
+    r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--steps', '2', '--precision', 'int8')
+    expect(r.returncode == 2 and 'int8' in r.stderr, '--precision int8: usage', r.stderr)
 
     # Ctrl-C: stops after the current step, writes the checkpoint, exits 130.
     p = subprocess.Popen([DP, 'train', 'mlp.json', *common, '--epochs', '1000', '--save', 'c.ckpt'],

@@ -415,6 +415,40 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   dp_model_destroy(m);
 }
 
+// Mixed precision runs on GPUs only: a CPU group says so and stays as it was
+// (float32, training bitwise as a group never asked).
+TEST_CASE("DP_GROUP_PRECISION: float32 on CPUs; bf16 and fp16 refused there, naming why; bad values refused") {
+  Fixture f;
+  auto run = [&](bool ask_bf16) {
+    dp_model* m = f.model(kMlp);
+    dp_group* g = nullptr;
+    DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+    DP_REQUIRE_OK(dp_group_set_option(g, DP_GROUP_PRECISION, DP_PRECISION_FP32));
+    if (ask_bf16) {
+      for (int p : {DP_PRECISION_BF16, DP_PRECISION_FP16}) {
+        CHECK(dp_group_set_option(g, DP_GROUP_PRECISION, p) == DP_ERR_DEVICE);
+        const std::string msg = dp_last_error();
+        CHECK_MESSAGE(msg.find(p == DP_PRECISION_BF16 ? "bf16" : "fp16") != std::string::npos, msg);
+        CHECK_MESSAGE(msg.find("CUDA devices") != std::string::npos, msg);
+      }
+      CHECK(dp_group_set_option(g, DP_GROUP_PRECISION, 3) == DP_ERR_INVALID_ARGUMENT);
+      CHECK(std::string(dp_last_error()).find("DP_PRECISION_FP32, _BF16 or _FP16") != std::string::npos);
+    }
+    dp_optimizer* opt = nullptr;
+    DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
+    dp_tensor* x = make_f32(f.ctx, {0.5f, -1, 2, 0.25f, 1, 1, -0.5f, 0}, {2, 4});
+    dp_tensor* y = make_i64(f.ctx, {2, 0}, {2});
+    for (int k = 0; k < 3; ++k) DP_REQUIRE_OK(dp_group_train_step(g, opt, x, y, nullptr));
+    std::vector<float> p = params_of(m);
+    dp_tensor_destroy(x), dp_tensor_destroy(y);
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(g);
+    dp_model_destroy(m);
+    return p;
+  };
+  CHECK(run(true) == run(false));
+}
+
 TEST_CASE("a model without a loss cannot train_step, but forward/backward work") {
   Fixture f;
   dp_model* m = f.model(R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": 2}]})");

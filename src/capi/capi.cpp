@@ -415,6 +415,11 @@ dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value
       DP_CHECK_ARG(value == 0 || value == 1, "DP_GROUP_CUDNN_BENCHMARK takes 0 or 1, got " + std::to_string(value));
       g->group->set_cudnn_benchmark(value == 1);
       break;
+    case DP_GROUP_PRECISION:
+      DP_CHECK_ARG(value == DP_PRECISION_FP32 || value == DP_PRECISION_BF16 || value == DP_PRECISION_FP16,
+                   "DP_GROUP_PRECISION takes DP_PRECISION_FP32, _BF16 or _FP16, got " + std::to_string(value));
+      g->group->set_precision(static_cast<int>(value));
+      break;
     default:
       fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(static_cast<int>(option)));
   }

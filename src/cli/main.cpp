@@ -35,6 +35,8 @@ struct TrainOptions {
 // --plugin PATH, repeatable: loaded into each command's context first.
 static std::vector<std::string> g_plugins;
 static bool g_cudnn_benchmark = false;
+static bool g_allow_tf32 = false;           // --allow-tf32
+static std::string g_precision = "fp32";    // --precision
 static bool g_allow_model_plugins = false;  // --allow-model-plugins
 static int64_t g_memory_limit = 0;          // --memory-limit
 static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths) {
@@ -62,6 +64,9 @@ static Group make_group(dp_model* m, const std::string& devices, int64_t threads
   Group group(g);
   check(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, threads), "--threads");
   check(dp_group_set_option(g, DP_GROUP_CUDNN_BENCHMARK, g_cudnn_benchmark ? 1 : 0), "--cudnn-benchmark");
+  check(dp_group_set_option(g, DP_GROUP_ALLOW_TF32, g_allow_tf32 ? 1 : 0), "--allow-tf32");
+  const int precision = g_precision == "bf16" ? DP_PRECISION_BF16 : g_precision == "fp16" ? DP_PRECISION_FP16 : DP_PRECISION_FP32;
+  check(dp_group_set_option(g, DP_GROUP_PRECISION, precision), "--precision " + g_precision);
   return group;
 }
 
@@ -141,6 +146,8 @@ static nlohmann::json run_record(const TrainOptions& o, const Data& data, const 
             {"optimizer", optimizer},
             {"lr_schedule", o.lr_schedule},
             {"clip_grad_norm", o.clip_grad_norm},
+            {"precision", g_precision},
+            {"allow_tf32", g_allow_tf32},
             {"devices", devices},
             {"processes", world}}}};
 }
@@ -472,10 +479,11 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   if (rank != 0) return kOk;
   std::printf("{\"samples_per_second\": %s, \"seconds\": %s, \"steps\": %lld, \"batch_size\": %lld, \"devices\": %d, "
               "\"processes\": %d, \"threads_per_device\": %lld, \"loss\": %s, \"comm_busy_fraction\": %s, "
-              "\"comm_wait_fraction\": %s}\n",
+              "\"comm_wait_fraction\": %s, \"precision\": \"%s\", \"allow_tf32\": %s, \"cudnn_benchmark\": %s}\n",
               json_num(batch * steps / sec).c_str(), json_num(sec).c_str(), (long long)steps, (long long)batch, ndev, world,
               (long long)threads, json_num(loss).c_str(), json_num((busy - busy0) / sec).c_str(),
-              json_num((exposed - exposed0) / sec).c_str());
+              json_num((exposed - exposed0) / sec).c_str(), g_precision.c_str(), g_allow_tf32 ? "true" : "false",
+              g_cudnn_benchmark ? "true" : "false");
   return kOk;
 }
 
@@ -602,9 +610,20 @@ int main(int argc, char** argv) {
                     "bytes the model, its optimizer and batches may take (e.g. 8GB; default: the machine's available memory)")
         ->transform(CLI::AsSizeValue(true));
   }
-  for (auto* cmd : {train_cmd, bench_cmd})
+  bool fast = false;
+  for (auto* cmd : {train_cmd, bench_cmd}) {
     cmd->add_flag("--cudnn-benchmark", g_cudnn_benchmark,
                   "GPUs: time cuDNN's convolution algorithms on the first step, take the fastest (cudnn.benchmark)");
+    cmd->add_flag("--allow-tf32", g_allow_tf32,
+                  "GPUs: float32 matrix products and convolutions may use TF32 tensor cores (about 1e-3 relative error)");
+    cmd->add_flag("--fast", fast,
+                  "GPUs: the speed preset, --allow-tf32 and --cudnn-benchmark (the default is deterministic float32)");
+    cmd->add_option("--precision", g_precision,
+                    "fp32 (default); bf16 or fp16: mixed precision on GPUs, as torch.autocast (products and "
+                    "convolutions in 16 bits, accumulated in float32; weights, gradients, optimizer and checkpoints "
+                    "float32)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  }
 
   try {
     app.parse(argc, argv);
@@ -612,6 +631,7 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kUsage;
   }
+  if (fast) g_allow_tf32 = g_cudnn_benchmark = true;
   try {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);

@@ -63,6 +63,12 @@ double Engine::total_loss() {
   return loss;
 }
 
+void Engine::set_precision(int precision) {
+  if (precision == DP_PRECISION_FP32) return;
+  fail(DP_ERR_DEVICE, std::string(precision == DP_PRECISION_BF16 ? "bf16" : "fp16") +
+                          " mixed precision runs on CUDA devices: CPU devices compute in float32 only (DP_PRECISION_FP32)");
+}
+
 void Engine::set_processes(Communicator* procs, int rank, int first, int global) {
   procs_ = procs;
   rank_ = rank;

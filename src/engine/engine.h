@@ -128,6 +128,9 @@ class Engine {
   virtual void set_threads_per_device(int threads) { (void)threads; }
   virtual void set_allow_tf32(bool allow) { (void)allow; }
   virtual void set_cudnn_benchmark(bool on) { (void)on; }
+  // DP_PRECISION_*; an engine without 16-bit products (the CPU's) refuses
+  // anything but DP_PRECISION_FP32 with DP_ERR_DEVICE.
+  virtual void set_precision(int precision);
 
  protected:
   // A backend's part of run(), around the replicas' jobs: prepare() on the

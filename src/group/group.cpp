@@ -140,6 +140,11 @@ void Group::set_allow_tf32(bool allow) { engine_->set_allow_tf32(allow); }
 
 void Group::set_cudnn_benchmark(bool on) { engine_->set_cudnn_benchmark(on); }
 
+void Group::set_precision(int precision) {
+  engine_->set_precision(precision);  // throws, changing nothing, where the devices cannot
+  precision_ = precision;
+}
+
 void Group::optimizer_to_host(Optimizer& opt) { engine_->optimizer_to_host(opt); }
 
 void Group::check_input(const Tensor& input) const {

@@ -57,6 +57,10 @@ class Group {
   // Convolution algorithms timed by cuDNN once per shape, the fastest taken
   // (PyTorch's cudnn.benchmark); off: cuDNN's heuristics, deterministic first.
   void set_cudnn_benchmark(bool on);
+  // DP_PRECISION_*: matrix products and convolutions on GPUs in bf16 or fp16
+  // (mixed precision); DP_ERR_DEVICE on CPUs for anything but float32.
+  void set_precision(int precision);
+  int precision() const { return precision_; }
   bool on_gpus() const { return !gpu_ordinals_.empty(); }
   // Optimizer state kept on GPUs, copied into opt.state() (before a checkpoint).
   void optimizer_to_host(Optimizer& opt);
@@ -111,6 +115,7 @@ class Group {
   std::vector<double> exchange_;
   std::unique_ptr<Engine> engine_;
   SplitMode mode_ = SplitMode::kChunk;
+  int precision_ = DP_PRECISION_FP32;
   bool training_ = true;
   int64_t step_ = 0;  // training forward passes so far (keys dropout)
 

@@ -688,6 +688,63 @@ TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh gro
 
 // ------------------------------------------------------- cudnn benchmark --
 
+// Mixed precision (DP_GROUP_PRECISION). Against float32 on the CPU, bf16's
+// operands carry 8 significant bits: parameters after 10 steps agree to a few
+// 1e-2 (and must differ: the 16-bit path ran). N replicas against 1 in bf16:
+// every operand is rounded elementwise, the same on every split, so they
+// differ only as float32 sums in other orders do, plus the rare activation
+// that float32 noise (~1e-7 relative) moves across a bf16 rounding boundary
+// (probability ~1e-7 / 2^-8 per element, one bf16 unit when it happens):
+// 2e-3 relative (floor 1e-2) after 10 steps, against 2e-2 for bf16 vs fp32.
+// The checkpoint of a bf16 run is float32 and a CPU group loads it.
+TEST_CASE("bf16 and fp16 mixed precision: N replicas as 1, near float32, float32 checkpoints") {
+  const char* json = R"({
+    "seed": 2, "input": {"shape": [12]},
+    "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"},
+      {"type": "linear", "out_features": 32}, {"type": "tanh"},
+      {"type": "linear", "out_features": 5}
+    ],
+    "loss": {"type": "cross_entropy"}})";
+  auto run = [&](const std::string& devices, int precision, std::vector<float>* losses) {
+    Session s(json, devices, kSgd);
+    dp_status st = dp_group_set_option(s.group, DP_GROUP_PRECISION, precision);
+    REQUIRE_MESSAGE(st == DP_OK, "DP_GROUP_PRECISION " << precision << " on " << devices << ": " << last(st));
+    for (int k = 0; k < 10; ++k) {
+      float loss = 0;
+      DP_REQUIRE_OK(s.step(12, k, &loss));
+      if (losses) losses->push_back(loss);
+    }
+    return params_of(s.model);
+  };
+  std::vector<float> cpu_losses, l1, l3;
+  const std::vector<float> cpu = run("cpu:0", DP_PRECISION_FP32, &cpu_losses);
+  for (int p : {DP_PRECISION_BF16, DP_PRECISION_FP16}) {
+    const std::string what = p == DP_PRECISION_BF16 ? "bf16" : "fp16";
+    progress("mixed precision: " + what);
+    l1.clear(), l3.clear();
+    const std::vector<float> one = run("cuda:0", p, &l1), three = run(cuda_devices(3), p, &l3);
+    CHECK_MESSAGE(one != cpu, what << ": the parameters equal float32's bit for bit: the 16-bit path did not run");
+    expect_close(one, cpu, what + " on cuda:0 against float32 on the CPU: parameters after 10 steps",
+                 p == DP_PRECISION_BF16 ? 2e-2 : 4e-3, 1e-2);
+    expect_close(l1, cpu_losses, what + ": losses against float32's", 2e-2, 1e-2);
+    expect_close(three, one, what + ": 3 replicas against 1, parameters after 10 steps", 2e-3, 1e-2);
+  }
+  // A bf16 run's checkpoint: float32, loaded by a CPU group as it is.
+  namespace fs = std::filesystem;
+  fs::path path = fs::temp_directory_path() / ("dp_bf16_ckpt_" + std::to_string(getpid()) + ".safetensors");
+  Session a(json, "cuda:0", kSgd);
+  DP_REQUIRE_OK(dp_group_set_option(a.group, DP_GROUP_PRECISION, DP_PRECISION_BF16));
+  float loss = 0;
+  for (int k = 0; k < 3; ++k) DP_REQUIRE_OK(a.step(12, k, &loss));
+  DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), a.group, a.opt, nullptr, nullptr));
+  Session b(json, "cpu:0", kSgd);
+  DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), b.group, b.opt, nullptr));
+  CHECK(params_of(b.model) == params_of(a.model));
+  DP_REQUIRE_OK(b.step(12, 3, &loss));
+  fs::remove(path);
+}
+
 TEST_CASE("DP_GROUP_CUDNN_BENCHMARK: timed convolution algorithms train as the CPU does") {
   progress("cudnn benchmark, CNN, cuda:0, SGD, 5 steps");
   Session gpu(kCnn, "cuda:0", kSgd), cpu(kCnn, "cpu:0", kSgd);

@@ -619,6 +619,99 @@ TEST_CASE("cuda_count_correct: the first arg-max, ties included") {
   }
 }
 
+// ------------------------------------------------------- mixed precision --
+
+namespace {
+
+// |x| elementwise: the bound pass below runs the CPU layer on absolute values.
+Tensor abs_of(const Tensor& t) {
+  Tensor a(DP_F32, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) a.f32()[i] = std::fabs(t.f32()[i]);
+  return a;
+}
+
+// A linear or conv2d op in 16-bit precision (CudaCtx::precision) against the
+// CPU's float32 layer. The tolerance is derived, per element: each product
+// reads two operands rounded to 16 bits (relative error <= u each: u = 2^-8
+// for bfloat16, 2^-11 for float16) and conv2d's results are rounded to 16 bits
+// once more, so |cuda - cpu| <= 3.01 u * sum_k |a_k| |b_k| (+ float32's own
+// error), where the sum of absolute products is the CPU layer run on |x|,
+// |W|, |g| with gradients starting at 0: the "bound pass".
+void run_lowp_case(const nlohmann::json& j, const Shape& sample, int precision) {
+  const std::string name = j.dump() + (precision == DP_PRECISION_BF16 ? " bf16" : " fp16");
+  progress(name);
+  const double u = precision == DP_PRECISION_BF16 ? 1.0 / 256 : 1.0 / 2048;
+  auto l = make_layer(j, 3);
+  Harness h(*l, {sample}, 7), hb(*l, {sample}, 7);
+  for (float& v : hb.params) v = std::fabs(v);
+  CudaSide d;
+  d.op = make_cuda_op(*l);
+  REQUIRE(d.op);
+  d.ctx = h.ctx;
+  d.ctx.cuda = g_env.stream->ctx();
+  d.ctx.cuda_device = g_env.device;
+  d.ctx.cuda_stream = g_env.stream->ctx()->stream;
+  const int saved = d.ctx.cuda->precision;
+  d.ctx.cuda->precision = precision;
+  upload(d.params, h.params);
+  d.in.push_back(dev_tensor());
+  d.gin.push_back(dev_tensor());
+  for (int64_t batch : {4, 9}) {
+    Tensor x = random_tensor(Shape::batched(batch, sample), 100 + batch, -2.f, 2.f);
+    Tensor gout = random_tensor(Shape::batched(batch, h.out_sample), 200 + batch);
+    std::vector<float> g0(h.grads.size());
+    fill_uniform(g0.data(), static_cast<int64_t>(g0.size()), 300 + batch, -0.5f, 0.5f);
+    h.grads = g0;
+    h.forward({&x});
+    h.backward({&x}, gout);
+    Tensor xa = abs_of(x), ga = abs_of(gout);
+    std::fill(hb.grads.begin(), hb.grads.end(), 0.f);
+    hb.forward({&xa});
+    hb.backward({&xa}, ga);
+    if (d.in[0].shape() != x.shape()) d.in[0].resize(DP_F32, x.shape());
+    CU(cudaMemcpy(d.in[0].data(), x.data(), x.bytes(), cudaMemcpyHostToDevice));
+    if (d.gout.shape() != gout.shape()) d.gout.resize(DP_F32, gout.shape());
+    CU(cudaMemcpy(d.gout.data(), gout.data(), gout.bytes(), cudaMemcpyHostToDevice));
+    upload(d.grads, g0);
+    d.forward();
+    d.backward({});
+    device_sync();
+    auto bounded = [&](const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                       const std::vector<float>& bound) {
+      REQUIRE(got.size() == want.size());
+      size_t bad = 0, at = 0;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double allowed = 3.01 * u * bound[i] + 1e-5 * (1 + std::fabs(want[i]));
+        const double diff = std::fabs(double(got[i]) - double(want[i]));
+        if (!(diff <= allowed)) ++bad;
+        if (!(diff / allowed <= worst)) worst = diff / allowed, at = i;
+      }
+      CHECK_MESSAGE(bad == 0, name << ", batch " << batch << ": " << what << ": " << bad << " of " << got.size()
+                                   << " beyond the bound; worst [" << at << "]: cuda " << got[at] << " vs cpu " << want[at]
+                                   << " (bound " << 3.01 * u * bound[at] << ")");
+      if (bad == 0) MESSAGE(name << ", batch " << batch << ": " << what << ": at most " << worst << " of the bound");
+    };
+    bounded("output", to_host(d.out), host_vec(h.out), host_vec(hb.out));
+    bounded("input gradient", to_host(d.gin[0]), host_vec(h.gin[0]), host_vec(hb.gin[0]));
+    bounded("parameter gradients (onto non-zero)", to_host(d.grads), h.grads, hb.grads);
+  }
+  d.ctx.cuda->precision = saved;
+}
+
+}  // namespace
+
+TEST_CASE("cuda linear and conv2d in bf16 and fp16 (DP_GROUP_PRECISION): within the derived bound of float32") {
+  for (int p : {DP_PRECISION_BF16, DP_PRECISION_FP16}) {
+    run_lowp_case({{"type", "linear"}, {"out_features", 96}}, Shape{130}, p);
+    run_lowp_case({{"type", "linear"}, {"out_features", 5}, {"bias", false}}, Shape{3, 4}, p);
+    run_lowp_case({{"type", "conv2d"}, {"out_channels", 32}, {"kernel_size", 3}, {"padding", 1}}, Shape{16, 12, 12}, p);
+    run_lowp_case({{"type", "conv2d"}, {"out_channels", 6}, {"kernel_size", {3, 2}}, {"stride", {2, 1}}, {"groups", 2},
+                   {"bias", false}},
+                  Shape{4, 5, 4}, p);
+  }
+}
+
 TEST_CASE("a plugin layer type's CUDA code (swish, dp_plugin.h version 2) against its CPU code") {
   // The plugin's own CPU forward and backward are the reference, as a
   // built-in's CPU layer is; beta's gradient is summed on the GPU.

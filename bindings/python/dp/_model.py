@@ -9,7 +9,7 @@ import tempfile
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import ArgumentTypeError, StateDictError, UnknownKeyError, UnsupportedError, _check
+from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnknownKeyError, UnsupportedError, _check
 from ._tensor import Tensor, as_tensor, tensor
 from ._util import (_INT64, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
@@ -390,6 +390,20 @@ class DataParallel:
     def set_cudnn_benchmark(self, on=True):
         """cuDNN times convolution algorithms once per shape (cudnn.benchmark)."""
         _check(_lib.group_set_option(self._h, 3, 1 if on else 0))
+        return self
+
+    _PRECISIONS = {'fp32': 0, 'float32': 0, 'bf16': 1, 'bfloat16': 1, 'fp16': 2, 'float16': 2}
+
+    def set_precision(self, precision):
+        """Mixed precision as torch.autocast on CUDA: 'bf16' or 'fp16' run matrix
+        products and convolutions on GPUs with 16-bit operands and float32
+        accumulation; parameters, gradients and the rest stay float32.
+        'fp32' (the default) everywhere; CPUs take only 'fp32'."""
+        p = self._PRECISIONS.get(str(precision).replace('torch.', ''))
+        if p is None:
+            raise InvalidArgumentError(f"set_precision: expected 'fp32', 'bf16' or 'fp16', got {precision!r}")
+        _check(_lib.group_set_option(self._h, 4, p))
+        self.precision = precision
         return self
 
     def train(self, mode=True):

@@ -136,6 +136,17 @@ def test_group_basics():
     assert dp.DataParallel(m, 2).num_devices == 2
 
 
+def test_precision_on_cpus():
+    g = dp.DataParallel(dp.Model(MLP), ['cpu:0', 'cpu:1'])
+    assert g.set_precision('fp32') is g
+    for p in ('bf16', 'fp16', 'bfloat16'):
+        with pytest.raises(dp.DeviceError, match='CUDA devices'):
+            g.set_precision(p)
+    with pytest.raises(dp.InvalidArgumentError, match="'fp32', 'bf16' or 'fp16'"):
+        g.set_precision('int8')
+    assert g(np.zeros((4, 5), np.float32)).shape == (4, 3)  # still usable
+
+
 def test_devices_and_pinned_memory():
     assert dp.device_count('cpu') >= 1
     gpus = dp.device_count('cuda')

@@ -28,6 +28,7 @@ struct CudaCtx {
   Allocator* alloc = nullptr;       // the device's caching allocator
   bool allow_tf32 = false;          // DP_GROUP_ALLOW_TF32; cuDNN convolutions honour it too
   bool cudnn_benchmark = false;     // DP_GROUP_CUDNN_BENCHMARK: time convolution algorithms
+  int precision = DP_PRECISION_FP32;  // DP_GROUP_PRECISION: 16-bit products (ops/lowp.h)
 };
 
 // "<what> failed: <message> (<name>)" as DP_ERR_DEVICE (DP_ERR_OUT_OF_MEMORY

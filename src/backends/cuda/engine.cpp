@@ -58,6 +58,9 @@ class CudaEngine final : public Engine, public DeviceCopy {
   void set_allow_tf32(bool allow) override {
     for (int r = 0; r < n_; ++r) rep(r).stream().set_allow_tf32(allow);
   }
+  void set_precision(int precision) override {
+    for (int r = 0; r < n_; ++r) rep(r).stream().ctx()->precision = precision;
+  }
   void set_cudnn_benchmark(bool on) override {
     for (int r = 0; r < n_; ++r) rep(r).stream().ctx()->cudnn_benchmark = on;
   }

@@ -18,6 +18,15 @@
 // the heuristics run with CUDNN_DEFAULT_MATH and each algorithm runs with the
 // math type cuDNN reported for it (TF32 tensor ops allowed; FP16 conversion is
 // never accepted).
+//
+// Mixed precision (ctx.cuda->precision bf16 or fp16, ops/lowp.h): x, W and dy
+// are rounded to 16 bits (x's and W's in forward, kept for backward), the
+// three convolutions run on 16-bit tensors with float32 accumulation
+// (cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configurations, tensor-core
+// algorithms allowed), and their 16-bit results are widened into the float32
+// output, input gradient and (added) weight gradient; the bias and its
+// gradient stay float32. Scratch: 0 the workspace, 1 x, 2 W, 3 y, 4 dy, 5 dW,
+// 6 dx (16-bit).
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -26,6 +35,7 @@
 #include <vector>
 
 #include "backends/cuda/ops/common.cuh"
+#include "backends/cuda/ops/lowp.h"
 #include "backends/cuda/ops/ops.h"
 #include "layers/conv2d.h"
 
@@ -66,9 +76,6 @@ struct Plan {
 class CudaConv2d final : public CudaOp {
  public:
   explicit CudaConv2d(const Conv2dAttrs& a) : a_(a) {
-    DP_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(a_.cout_, "out_channels"),
-                                              to_int(a_.cin_ / a_.groups_, "in_channels / groups"),
-                                              to_int(a_.kh_, "kernel height"), to_int(a_.kw_, "kernel width")));
     DP_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.d, to_int(a_.ph_, "padding"), to_int(a_.pw_, "padding"),
                                                    to_int(a_.sh_, "stride"), to_int(a_.sw_, "stride"),
                                                    to_int(a_.dh_, "dilation"), to_int(a_.dw_, "dilation"),
@@ -85,14 +92,27 @@ class CudaConv2d final : public CudaOp {
     io.out->resize(DP_F32, Shape{n, a_.cout_, a_.Ho_, a_.Wo_});
     if (n == 0) return;
     cudnnHandle_t h = ctx.cuda->cudnn;
-    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, n);
+    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, ctx.cuda->precision, n);
     void* ws = workspace(io);
     const float one = 1.f, zero = 0.f;
     DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.fwd.math));
-    DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x.f32(), w_.d, io.params, conv_.d, plan_.fwd.algo, ws,
-                                           plan_.fwd.ws, &zero, y_.d, io.out->f32()));
+    if (low_precision(prec_)) {
+      cudaStream_t s = ctx.cuda->stream;
+      void* x16 = lowp_buffer(io.tmp(1), x.numel());
+      void* w16 = lowp_buffer(io.tmp(2), a_.wsize());
+      void* y16 = lowp_buffer(io.tmp(3), io.out->numel());
+      cuda_to_lowp(s, prec_, x.f32(), x16, x.numel());
+      cuda_to_lowp(s, prec_, io.params, w16, a_.wsize());
+      DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x16, w_.d, w16, conv_.d, plan_.fwd.algo, ws, plan_.fwd.ws,
+                                             &zero, y_.d, y16));
+      cuda_from_lowp(s, prec_, y16, io.out->f32(), io.out->numel(), false);
+    } else {
+      DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x.f32(), w_.d, io.params, conv_.d, plan_.fwd.algo, ws,
+                                             plan_.fwd.ws, &zero, y_.d, io.out->f32()));
+    }
+    fwd_precision_ = prec_;
     if (a_.bias_)
-      DP_CUDNN_CHECK(cudnnAddTensor(h, &one, b_.d, io.params + a_.wsize(), &one, y_.d, io.out->f32()));
+      DP_CUDNN_CHECK(cudnnAddTensor(h, &one, b_.d, io.params + a_.wsize(), &one, yf_.d, io.out->f32()));
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) override {
@@ -102,10 +122,15 @@ class CudaConv2d final : public CudaOp {
     if (gin) gin->resize(DP_F32, x.shape());
     if (n == 0) return;  // nothing to add to the gradients; gin is empty
     cudnnHandle_t h = ctx.cuda->cudnn;
-    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, n);
+    // Backward in the precision of the forward whose 16-bit x and W it reads.
+    prepare(h, ctx.cuda->allow_tf32, ctx.cuda->cudnn_benchmark, fwd_precision_, n);
     void* ws = workspace(io);
     const float one = 1.f, zero = 0.f;
     const float* dy = io.gout->f32();
+    if (low_precision(prec_)) {
+      backward_lowp(ctx, io, gin, ws);
+      return;
+    }
     // dW += conv_bwd_filter(x, dy): beta = 1 accumulates into io.grads.
     DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_filter.math));
     DP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_.d, x.f32(), y_.d, dy, conv_.d, plan_.bwd_filter.algo, ws,
@@ -120,14 +145,51 @@ class CudaConv2d final : public CudaOp {
   }
 
  private:
-  // Descriptors and algorithms for batch size n (host work only).
-  void prepare(cudnnHandle_t h, bool tf32, bool bench, int64_t n) {
-    if (n == n_ && tf32 == tf32_ && bench == bench_) return;
+  // Backward in 16 bits: dy rounded, the 16-bit x and W forward left, each
+  // result widened into float32 (dW added); the bias's gradient from the
+  // float32 dy.
+  void backward_lowp(const RunCtx& ctx, LayerIO& io, Tensor* gin, void* ws) {
+    cudnnHandle_t h = ctx.cuda->cudnn;
+    cudaStream_t s = ctx.cuda->stream;
+    const float one = 1.f, zero = 0.f;
+    const Tensor& x = *io.in[0];
+    const float* dy = io.gout->f32();
+    void* x16 = lowp_buffer(io.tmp(1), x.numel());
+    void* w16 = lowp_buffer(io.tmp(2), a_.wsize());
+    void* dy16 = lowp_buffer(io.tmp(4), io.gout->numel());
+    void* dw16 = lowp_buffer(io.tmp(5), a_.wsize());
+    cuda_to_lowp(s, prec_, dy, dy16, io.gout->numel());
+    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_filter.math));
+    DP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_.d, x16, y_.d, dy16, conv_.d, plan_.bwd_filter.algo, ws,
+                                                  plan_.bwd_filter.ws, &zero, w_.d, dw16));
+    cuda_from_lowp(s, prec_, dw16, io.grads, a_.wsize(), true);
+    if (a_.bias_)
+      DP_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, yf_.d, dy, &one, b_.d, io.grads + a_.wsize()));
+    if (gin) {
+      void* dx16 = lowp_buffer(io.tmp(6), gin->numel());
+      DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_data.math));
+      DP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_.d, w16, y_.d, dy16, conv_.d, plan_.bwd_data.algo, ws,
+                                                  plan_.bwd_data.ws, &zero, x_.d, dx16));
+      cuda_from_lowp(s, prec_, dx16, gin->f32(), gin->numel(), false);
+    }
+  }
+
+  // Descriptors and algorithms for batch size n and a precision (host work
+  // only): x_, y_ and w_ in the type the convolutions read (float32, or the
+  // 16-bit one), yf_ the float32 output the bias is added to.
+  void prepare(cudnnHandle_t h, bool tf32, bool bench, int prec, int64_t n) {
+    if (n == n_ && tf32 == tf32_ && bench == bench_ && prec == prec_) return;
     const int ni = to_int(n, "batch size");
-    if (n != n_) {
-      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni, to_int(a_.cin_, "in_channels"),
+    if (n != n_ || prec != prec_) {
+      const cudnnDataType_t t = low_precision(prec) ? cudnn_lowp_type(prec) : CUDNN_DATA_FLOAT;
+      DP_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.d, t, CUDNN_TENSOR_NCHW, to_int(a_.cout_, "out_channels"),
+                                                to_int(a_.cin_ / a_.groups_, "in_channels / groups"),
+                                                to_int(a_.kh_, "kernel height"), to_int(a_.kw_, "kernel width")));
+      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_.d, CUDNN_TENSOR_NCHW, t, ni, to_int(a_.cin_, "in_channels"),
                                                 to_int(a_.H_, "input height"), to_int(a_.W_, "input width")));
-      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni,
+      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_.d, CUDNN_TENSOR_NCHW, t, ni, to_int(a_.cout_, "out_channels"),
+                                                to_int(a_.Ho_, "output height"), to_int(a_.Wo_, "output width")));
+      DP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(yf_.d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ni,
                                                 to_int(a_.cout_, "out_channels"), to_int(a_.Ho_, "output height"),
                                                 to_int(a_.Wo_, "output width")));
       int on = 0, oc = 0, oh = 0, ow = 0;
@@ -141,9 +203,10 @@ class CudaConv2d final : public CudaOp {
     n_ = n;
     tf32_ = tf32;
     bench_ = bench;
-    auto key = std::make_tuple(n, tf32, bench);
+    prec_ = prec;
+    auto key = std::make_tuple(n, tf32, bench, prec);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32, bench)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32 || low_precision(prec), bench)).first;
     plan_ = it->second;
   }
 
@@ -156,7 +219,8 @@ class CudaConv2d final : public CudaOp {
     return ws.data();
   }
 
-  // Picks among cuDNN's heuristic candidates (see the file comment). `ws_of`
+  // Picks among cuDNN's heuristic candidates (see the file comment); `tf32`:
+  // tensor-core math allowed (TF32 on float32 data, or 16-bit data). `ws_of`
   // sets the math type it is given and returns false when the algorithm is
   // not supported for this configuration, else its workspace.
   template <class Perf, class Algo, class WsOf>
@@ -253,13 +317,15 @@ class CudaConv2d final : public CudaOp {
   }
 
   Conv2dAttrs a_;  // a copy: the layer's hyperparameters and inferred shapes
-  TensorDesc x_, y_, b_;
+  TensorDesc x_, y_, yf_, b_;
   FilterDesc w_;
   ConvDesc conv_;
   int64_t n_ = -1;  // batch size x_/y_/plan_ are set for
   bool tf32_ = false, bench_ = false;
+  int prec_ = -1;                          // precision x_/y_/w_/plan_ are set for
+  int fwd_precision_ = DP_PRECISION_FP32;  // the last forward's: backward reads its 16-bit x and W
   Plan plan_;
-  std::map<std::tuple<int64_t, bool, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, bool, bool, int>, Plan> plans_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -59,6 +60,9 @@ struct State {
   int64_t tracker = -1, skipped = -1;
   bool operator==(const State& o) const { return scale == o.scale && tracker == o.tracker && skipped == o.skipped; }
 };
+std::ostream& operator<<(std::ostream& o, const State& s) {
+  return o << "{scale " << s.scale << ", tracker " << s.tracker << ", skipped " << s.skipped << "}";
+}
 State state_of(const dp_optimizer* opt) {
   State s;
   DP_REQUIRE_OK(dp_optimizer_grad_scaler_state(opt, &s.scale, &s.tracker, &s.skipped));

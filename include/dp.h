@@ -337,8 +337,9 @@ DP_API dp_status dp_optimizer_lr(const dp_optimizer* opt, double* lr);
 /* With a schedule, sets its base learning rate (PyTorch's initial_lr). */
 DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
 /* A learning-rate schedule, as torch.optim.lr_scheduler computes it: before
- * optimizer step t (0-based; t = the steps taken so far, which checkpoints
- * hold, so a resumed run follows the same curve) the learning rate becomes
+ * optimizer step t (0-based; t = the steps taken so far, plus those a grad
+ * scaler skipped, which checkpoints hold, so a resumed run follows the same
+ * curve) the learning rate becomes
  * schedule(base, t), base being the learning rate when the schedule is set.
  * NULL or "": none (the base learning rate again). Per step, not per epoch:
  * {"type": "linear", "start_factor": 0.333, "end_factor": 1, "total_iters": 5}   LinearLR
@@ -368,6 +369,44 @@ DP_API dp_status dp_optimizer_set_clip_grad_norm(dp_optimizer* opt, double max_n
  * returns); 0 before the first. DP_ERR_INVALID_ARGUMENT when no norm is
  * measured (clipping off). */
 DP_API dp_status dp_optimizer_grad_norm(const dp_optimizer* opt, double* norm);
+/* Dynamic loss scaling, as torch.amp.GradScaler("cpu" or "cuda", ...):
+ * {"init_scale": 65536, "growth_factor": 2, "backoff_factor": 0.5,
+ *  "growth_interval": 2000, "enabled": true} (every key optional, PyTorch's
+ * defaults); NULL or "" turns it off (the default). Each dp_group_train_step
+ * scales the loss's gradient by the scale (a float32), then, before the
+ * step, multiplies the gradients summed over every device and process by
+ * float32(1 / double(scale)) and checks them for inf and NaN. A step with
+ * an inf or NaN gradient (and a finite loss) is skipped, as PyTorch skips
+ * it: DP_OK, parameters and optimizer state unchanged (a train step's
+ * gradients are left zero), the scale multiplied by backoff_factor, the
+ * skipped-step count increased; otherwise the step is taken and after
+ * growth_interval steps in a row without one the scale is multiplied by
+ * growth_factor (unless that overflows float32). With clipping on, the
+ * unscaled gradients are clipped (PyTorch's unscale_, clip_grad_norm_,
+ * step); dp_optimizer_grad_norm of a skipped step is inf or NaN. A NaN or
+ * infinite loss stays an error (DP_ERR_NUMERIC, nothing changes, the scaler
+ * included: the loss is computed unscaled, so no scale would help). A
+ * learning-rate schedule counts skipped steps as steps (as PyTorch's
+ * scheduler.step() runs every iteration). While the scale is a power of two
+ * (the defaults) and nothing overflows, float32 training with the scaler
+ * gives bitwise the parameters of training without it.
+ * dp_optimizer_step unscales, checks and skips alike, and expects the
+ * gradients to be scaled already: pass loss_scale times the scale to
+ * dp_group_forward_backward (PyTorch's scaler.scale(loss)), or a grad_output
+ * multiplied by it to dp_group_backward. Setting it starts the scale at
+ * init_scale (call it before dp_checkpoint_load, which restores the state:
+ * scale, growth tracker, skipped steps). DP_ERR_JSON / DP_ERR_MODEL (naming
+ * the key) for bad settings, which leave the optimizer as it was. In a
+ * process group every process must call it alike (checked:
+ * DP_ERR_INVALID_ARGUMENT). */
+DP_API dp_status dp_optimizer_set_grad_scaler(dp_optimizer* opt, const char* json);
+/* The grad scaler's state: *scale the scale the next step's loss gradient
+ * is multiplied by (PyTorch's get_scale(); 1 when the scaler is off),
+ * *growth_tracker the steps in a row without inf/NaN since the scale last
+ * changed (0 when off), *skipped_steps the steps it skipped since the
+ * optimizer was created (or as the checkpoint loaded says). Each may be NULL. */
+DP_API dp_status dp_optimizer_grad_scaler_state(const dp_optimizer* opt, double* scale, int64_t* growth_tracker,
+                                                int64_t* skipped_steps);
 DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
 /* zero_grad, forward, the model's loss (reduced over the whole batch),

@@ -558,6 +558,24 @@ class Optimizer : public detail::Handle<dp_optimizer, dp_optimizer_destroy> {
     check(dp_optimizer_grad_norm(get(), &n));
     return n;
   }
+  // torch.amp.GradScaler (dp_optimizer_set_grad_scaler): "{}" for PyTorch's
+  // defaults, "" turns it off.
+  void set_grad_scaler(const std::string& json = "{}") { check(dp_optimizer_set_grad_scaler(get(), json.c_str())); }
+  // The scale the next step's loss gradient is multiplied by (1 when off).
+  double get_scale() const {
+    double s = 1;
+    check(dp_optimizer_grad_scaler_state(get(), &s, nullptr, nullptr));
+    return s;
+  }
+  struct GradScalerState {
+    double scale = 1;
+    int64_t growth_tracker = 0, skipped_steps = 0;
+  };
+  GradScalerState grad_scaler_state() const {
+    GradScalerState st;
+    check(dp_optimizer_grad_scaler_state(get(), &st.scale, &st.growth_tracker, &st.skipped_steps));
+    return st;
+  }
 
  private:
   static dp_optimizer* create(Group& group, const std::string& json_config) {

@@ -175,6 +175,38 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('train', 'plain.json', *plain, '--accumulate', '0')
     expect(r.returncode == 2, '--accumulate 0 exits 2', r.stderr)
 
+    # --grad-scaler: the scale is a power of two and nothing overflows here,
+    # so the run is bitwise the run without it (alone: PyTorch's defaults; with
+    # --accumulate, whose losses dp train scales itself); the final JSON and
+    # the checkpoint's record carry it; --resume restores its state (the scale
+    # grows every 3 steps: one started afresh would end lower); a bad one
+    # exits 2 naming the key.
+    r = run('train', 'plain.json', *plain, '--batch-size', '64', '--save', 'gs.ckpt', '--grad-scaler')
+    expect(r.returncode == 0 and safetensors_tensors('gs.ckpt') == big, '--grad-scaler trains bitwise as without it',
+           r.stderr)
+    out = last_json(r.stdout) if r.returncode == 0 else {}
+    expect(out.get('grad_scale') == 65536.0 and out.get('skipped_steps') == 0, '--grad-scaler in the final JSON', r.stdout)
+    r = run('train', 'plain.json', *plain, '--batch-size', '16', '--accumulate', '4', '--save', 'gsacc.ckpt',
+            '--grad-scaler', '{"growth_interval": 3}')
+    expect(r.returncode == 0 and safetensors_tensors('gsacc.ckpt') == acc,
+           '--grad-scaler with --accumulate trains bitwise as without it', r.stderr)
+    with open('gsacc.ckpt', 'rb') as f:
+        meta = json.loads(f.read(struct.unpack('<Q', f.read(8))[0]))['__metadata__']
+    expect(json.loads(meta.get('training', '{}')).get('grad_scaler') == {'growth_interval': 3} and
+           json.loads(meta.get('grad_scaler', '{}')).get('scale') == 65536.0 * 32,
+           'the checkpoint records --grad-scaler and its state (16 steps, growing every 3)', str(meta))
+    gs = ['--batch-size', '64', '--grad-scaler', '{"growth_interval": 3}']
+    r1 = run('train', 'plain.json', *plain, *gs)
+    one_epoch = ['1' if i and plain[i - 1] == '--epochs' else a for i, a in enumerate(plain)]
+    r2 = run('train', 'plain.json', *one_epoch, *gs, '--save', 'gs1.ckpt')
+    r3 = run('train', 'plain.json', *plain, *gs, '--resume', 'gs1.ckpt', '--save', 'gs2.ckpt')
+    expect(r1.returncode == r2.returncode == r3.returncode == 0 and
+           last_json(r3.stdout)['grad_scale'] == last_json(r1.stdout)['grad_scale'] == 65536.0 * 32 and
+           safetensors_tensors('gs2.ckpt') == big, '--resume continues the grad scaler exactly',
+           r1.stdout + r2.stderr + r3.stdout + r3.stderr)
+    r = run('train', 'plain.json', *plain, '--grad-scaler', '{"backoff_factor": 2}')
+    expect(r.returncode == 2 and '/backoff_factor' in r.stderr, 'a bad --grad-scaler exits 2 naming the key', r.stderr)
+
     # dp eval prepares the test set as the checkpoint records: MNIST-style IDX
     # files (normalised with MNIST's mean and std by dp train).
     os.mkdir('mn')

@@ -537,6 +537,27 @@ dp_status dp_optimizer_grad_norm(const dp_optimizer* opt, double* norm) {
   DP_GUARD_END
 }
 
+dp_status dp_optimizer_set_grad_scaler(dp_optimizer* opt, const char* json) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  dp::GradScaler s = dp::GradScaler::from_json(json);  // throws before anything changes
+  // Every process must scale alike (the settings, as parsed).
+  if (dp::ProcessGroup* pg = opt->group->group->process_group()) pg->check_same("grad_scaler", s.config());
+  opt->opt->scaler = s;
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_grad_scaler_state(const dp_optimizer* opt, double* scale, int64_t* growth_tracker,
+                                         int64_t* skipped_steps) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  const dp::Optimizer& o = *opt->opt;
+  if (scale) *scale = o.scaler.loss_factor();
+  if (growth_tracker) *growth_tracker = o.scaler.enabled ? o.scaler.growth_tracker : 0;
+  if (skipped_steps) *skipped_steps = o.skipped_steps;
+  DP_GUARD_END
+}
+
 void dp_optimizer_destroy(dp_optimizer* opt) { delete opt; }
 
 dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,

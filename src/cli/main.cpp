@@ -30,6 +30,7 @@ struct TrainOptions {
   int64_t epochs = 1, batch_size = 64, seed = 0, workers = 2, threads = 1, max_steps = 0;
   int64_t accumulate = 1, eval_every = 0;
   double clip_grad_norm = 0;
+  std::string grad_scaler;  // the grad scaler's JSON; "": off
 };
 
 // --plugin PATH, repeatable: loaded into each command's context first.
@@ -148,6 +149,7 @@ static nlohmann::json run_record(const TrainOptions& o, const Data& data, const 
             {"clip_grad_norm", o.clip_grad_norm},
             {"precision", g_precision},
             {"allow_tf32", g_allow_tf32},
+            {"grad_scaler", o.grad_scaler.empty() ? nlohmann::json() : nlohmann::json::parse(o.grad_scaler, nullptr, false, true)},
             {"devices", devices},
             {"processes", world}}}};
 }
@@ -168,6 +170,7 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
                   " \u00b7 " + opt;
   if (o.lr_schedule != "constant") c += " (" + (o.lr_schedule.size() > 40 ? std::string("scheduled") : o.lr_schedule) + ")";
   if (o.clip_grad_norm > 0) c += " \u00b7 clip " + json_num(o.clip_grad_norm);
+  if (!o.grad_scaler.empty()) c += " \u00b7 grad scaler";
   return c + " \u00b7 " + std::to_string(o.epochs) + " epoch" + (o.epochs == 1 ? "" : "s");
 }
 
@@ -194,6 +197,8 @@ static int train(const TrainOptions& o) {
   check(dp_optimizer_create(group.get(), o.optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
   if (o.clip_grad_norm > 0) check(dp_optimizer_set_clip_grad_norm(opt.get(), o.clip_grad_norm), "--clip-grad-norm");
+  // Before --resume, which restores its state.
+  if (!o.grad_scaler.empty()) check(dp_optimizer_set_grad_scaler(opt.get(), o.grad_scaler.c_str()), "--grad-scaler");
   Loader train_loader = make_loader(data.train.get(), o.batch_size, true, o.workers, o.seed, on_gpus(devices));
   Loader test_loader = make_loader(data.test.get(), 1000, false, o.workers, o.seed, on_gpus(devices));
   if (pg) {
@@ -304,7 +309,9 @@ static int train(const TrainOptions& o) {
         step_loss = loss;
       } else {
         const double share = double(batch_rows(i)) / double(step_rows(i));
-        check(dp_group_forward_backward(group.get(), x.get(), y.get(), share, &loss), "train step");
+        double scale = 1;  // the grad scaler's: its loss gradients are scaled by the caller (scaler.scale(loss))
+        check(dp_optimizer_grad_scaler_state(opt.get(), &scale, nullptr, nullptr), "--grad-scaler");
+        check(dp_group_forward_backward(group.get(), x.get(), y.get(), share * scale, &loss), "train step");
         step_loss += share * loss;
         if (closes_step(i)) {
           check(dp_optimizer_step(opt.get()), "optimizer step");
@@ -373,6 +380,12 @@ static int train(const TrainOptions& o) {
   if (!o.save_best.empty() && best_step >= 0)
     best_json = ", \"best\": {\"metric\": \"" + o.best_metric + "\", \"value\": " + json_num(best) +
                 ", \"step\": " + std::to_string(best_step) + "}";
+  if (!o.grad_scaler.empty()) {  // the scale it ended with, and the steps it skipped (inf/NaN gradients)
+    double scale = 1;
+    int64_t skipped = 0;
+    check(dp_optimizer_grad_scaler_state(opt.get(), &scale, nullptr, &skipped), "--grad-scaler");
+    best_json += ", \"grad_scale\": " + nlohmann::json(scale).dump() + ", \"skipped_steps\": " + std::to_string(skipped);
+  }
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"steps\": %lld, "
               "\"samples_per_second\": %s, \"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s%s}\n",
               json_num(last_eval.accuracy).c_str(), json_num(last_eval.loss).c_str(), json_num(last_loss).c_str(),
@@ -551,6 +564,12 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--clip-grad-norm", t.clip_grad_norm,
                         "clip the gradients' global 2-norm to this before each step (clip_grad_norm_; 0: off)")
       ->check(CLI::NonNegativeNumber);
+  auto* grad_scaler = train_cmd->add_option("--grad-scaler", t.grad_scaler,
+                                            "dynamic loss scaling, torch.amp.GradScaler: a step with an inf/NaN gradient "
+                                            "is skipped and the scale backs off; alone PyTorch's defaults, or JSON: "
+                                            "{\"init_scale\": 65536, \"growth_factor\": 2, \"backoff_factor\": 0.5, "
+                                            "\"growth_interval\": 2000}")
+                              ->expected(0, 1);
   train_cmd->add_option("--accumulate", t.accumulate,
                         "batches per optimizer step (gradient accumulation: a step of K batches is one of a batch K "
                         "times larger)")
@@ -621,7 +640,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--precision", g_precision,
                     "fp32 (default); bf16 or fp16: mixed precision on GPUs, as torch.autocast (products and "
                     "convolutions in 16 bits, accumulated in float32; weights, gradients, optimizer and checkpoints "
-                    "float32)")
+                    "float32); dp train with fp16 turns on --grad-scaler")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   }
 
@@ -632,6 +651,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kUsage;
   }
   if (fast) g_allow_tf32 = g_cudnn_benchmark = true;
+  if (grad_scaler->count() > 0 && t.grad_scaler.empty()) t.grad_scaler = "{}";  // --grad-scaler alone
+  if (g_precision == "fp16" && t.grad_scaler.empty()) t.grad_scaler = "{}";  // fp16 trains with loss scaling
   try {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);

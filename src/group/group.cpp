@@ -313,7 +313,8 @@ void Group::merge_stats() {
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {
   check_job(Job::kTrain, input, &target);
   have_forward_ = false;
-  run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt);
+  // With a grad scaler, the loss's gradient is scaled (scaler.scale(loss).backward()).
+  run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt, opt.scaler.loss_factor());
   if (training_) ++step_;
   const double loss = engine_->total_loss();  // an engine updates nothing unless this is finite
   if (!std::isfinite(loss))
@@ -321,7 +322,10 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
   if (training_) merge_stats();
   engine_->reduce(&opt);
-  opt.check_grad_norm();  // clipping found a non-finite norm: the engine stepped nothing, and zeroed the gradients
+  // Clipping found a non-finite norm: the engine stepped nothing, and zeroed
+  // the gradients. (With the grad scaler, an inf/NaN gradient is a skipped
+  // step, no error: the gradients are zeroed as well.)
+  opt.check_grad_norm();
   return loss;
 }
 

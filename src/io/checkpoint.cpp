@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,8 +19,8 @@ using nlohmann::json;
 namespace {
 
 const char* const kFormat = "dp-checkpoint-1";
-const char* const kReserved[] = {"format",          "model",        "group_step",  "optimizer_type",
-                                 "optimizer_steps", "loader_epoch", "loader_batch"};
+const char* const kReserved[] = {"format",          "model",        "group_step",   "optimizer_type",
+                                 "optimizer_steps", "loader_epoch", "loader_batch", "grad_scaler"};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -126,6 +127,59 @@ int64_t meta_int(const StFile& f, const char* key) {
 
 json parse_model_json(const std::string& text) { return json::parse(text, nullptr, true, true); }
 
+// The grad scaler's state (optim/grad_scaler.h), in PyTorch's
+// GradScaler.state_dict() names, and the steps it skipped: written while a
+// scaler is on (or has skipped steps), so that a resumed run scales exactly
+// as the uninterrupted one. The scale is a float32, exact in JSON's double.
+std::string scaler_record(const Optimizer& opt) {
+  const GradScaler& s = opt.scaler;
+  return json{{"enabled", s.enabled},
+              {"scale", static_cast<double>(s.scale)},
+              {"_growth_tracker", s.growth_tracker},
+              {"skipped_steps", opt.skipped_steps},
+              {"init_scale", static_cast<double>(s.init_scale)},
+              {"growth_factor", s.growth_factor},
+              {"backoff_factor", s.backoff_factor},
+              {"growth_interval", s.growth_interval}}
+      .dump();
+}
+
+struct ScalerState {
+  float scale = 0;
+  int64_t growth_tracker = 0, skipped_steps = 0;
+};
+
+// Reads what scaler_record() wrote: the state; the settings are the
+// optimizer's own (as its learning rate is), so they are not read back.
+ScalerState read_scaler_record(const StFile& f, const std::string& text) {
+  const std::string where = f.path + ": __metadata__ 'grad_scaler'";
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(DP_ERR_IO, where + " is not JSON: " + e.what());
+  }
+  auto number = [&](const char* key) -> const json& {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number())
+      fail(DP_ERR_IO, where + " has no number '" + key + "' (a damaged checkpoint)");
+    return j[key];
+  };
+  auto count = [&](const char* key) {
+    const json& v = number(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      fail(DP_ERR_IO, where + ": '" + key + "' must be a non-negative integer, got " + json_brief(v));
+    return v.get<int64_t>();
+  };
+  ScalerState st;
+  const double scale = number("scale").get<double>();
+  st.scale = static_cast<float>(scale);
+  if (!(scale >= 0) || !std::isfinite(st.scale) || static_cast<double>(st.scale) != scale)
+    fail(DP_ERR_IO, where + ": 'scale' must be a float32 number >= 0, got " + json_brief(j["scale"]));
+  st.growth_tracker = count("_growth_tracker");
+  st.skipped_steps = count("skipped_steps");
+  return st;
+}
+
 }  // namespace
 
 void save_weights(const Model& model, const std::string& path) {
@@ -154,6 +208,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
   if (opt) {
     metadata.push_back({"optimizer_type", opt->type()});
     metadata.push_back({"optimizer_steps", std::to_string(opt->steps)});
+    if (opt->scaler.enabled || opt->skipped_steps > 0) metadata.push_back({"grad_scaler", scaler_record(*opt)});
   }
   if (loader) {
     metadata.push_back({"loader_epoch", std::to_string(loader->epoch)});
@@ -216,12 +271,17 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   const int64_t group_step = meta_int(f, "group_step");
 
   int64_t opt_steps = 0;
+  // A checkpoint without a scaler's record: no step was skipped, and a
+  // scaler (if this optimizer has one) starts afresh, at its init_scale.
+  ScalerState scaler;
   if (opt) {
+    scaler.scale = opt->scaler.init_scale;
     const std::string* type = meta(f, "optimizer_type");
     if (!type) fail(DP_ERR_MODEL, path + ": the checkpoint holds no optimizer state (it was saved without an optimizer)");
     if (*type != opt->type())
       fail(DP_ERR_MODEL, path + ": checkpoint was written for a '" + *type + "' optimizer, this one is '" + opt->type() + "'");
     opt_steps = meta_int(f, "optimizer_steps");
+    if (const std::string* rec = meta(f, "grad_scaler")) scaler = read_scaler_record(f, *rec);
   }
   LoaderPosition pos;
   if (seek) {
@@ -265,6 +325,9 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   for (size_t i = 0; i < state.size(); ++i) std::copy(s.opt_state[i].begin(), s.opt_state[i].end(), state[i].second->begin());
   if (opt) {
     opt->steps = opt_steps;
+    opt->scaler.scale = scaler.scale;
+    opt->scaler.growth_tracker = scaler.growth_tracker;
+    opt->skipped_steps = scaler.skipped_steps;
     ++opt->host_version;
   }
   group.set_step(group_step);

@@ -9,7 +9,11 @@
 // state as "optimizer.<state name>.<parameter name>" ("optimizer.exp_avg.0.weight"),
 // and in __metadata__ (strings): format, model (the model's JSON text),
 // group_step, optimizer_type, optimizer_steps, loader_epoch, loader_batch
-// (the last four when an optimizer / a loader was saved), plus the caller's keys.
+// (the last four when an optimizer / a loader was saved), grad_scaler (JSON:
+// the grad scaler's scale, _growth_tracker and skipped_steps, with its
+// settings; while one is on or has skipped steps), plus the caller's keys.
+// A checkpoint without grad_scaler loads as one of a run without skipped
+// steps: an optimizer's grad scaler starts afresh, at its init_scale.
 //
 // Loading validates the whole file against the model first and changes
 // nothing unless all of it fits. Errors: DP_ERR_IO for a file that is

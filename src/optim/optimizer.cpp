@@ -20,7 +20,7 @@ uint64_t Optimizer::next_id() {
 }
 
 bool Optimizer::step(float* params, float* grads, int64_t n, Workers* pool) {
-  if (!clip(grads, n, pool)) return false;
+  if (!prepare(grads, n, pool)) return false;
   start_step();
   parallel_for(pool, n, kGrain, [&](int64_t b, int64_t e) { update(params, grads, b, e); });
   return true;
@@ -33,7 +33,7 @@ float Optimizer::clip_coef(double norm) const {
 }
 
 void Optimizer::check_grad_norm() const {
-  if (clips() && !std::isfinite(grad_norm))
+  if (clips() && !scaler.enabled && !std::isfinite(grad_norm))
     fail(DP_ERR_NUMERIC, "the gradient norm is " + std::string(std::isnan(grad_norm) ? "NaN" : "infinite") +
                              " (clip_grad_norm); no step was taken, the parameters are unchanged");
 }
@@ -43,18 +43,57 @@ bool Optimizer::set_grad_norm(double sum_squares) {
   return std::isfinite(grad_norm);
 }
 
-bool Optimizer::clip(float* grads, int64_t n, Workers* pool) {
-  if (!clips()) return true;
+bool Optimizer::check_scaled(double sum_squares) {
+  // A float's square is at most 1.2e77 in double, so the sum of finite
+  // gradients' squares is finite: it is not iff some gradient is inf or NaN.
+  if (std::isfinite(sum_squares)) return true;
+  if (clips()) grad_norm = std::sqrt(sum_squares);  // what clip_grad_norm_ would return: inf or NaN
+  scaler.update(true);
+  ++skipped_steps;
+  return false;
+}
+
+bool Optimizer::prepare(float* grads, int64_t n, Workers* pool) {
+  if (!defers()) return true;
+  const bool unscale = scaler.enabled, norm = clips();
+  const float inv = scaler.inv_scale();
   const int64_t chunks = (n + kGrain - 1) / kGrain;
-  if (static_cast<int64_t>(chunk_sums_.size()) != chunks) chunk_sums_.assign(static_cast<size_t>(chunks), 0.0);
-  double* sums = chunk_sums_.data();
+  if (static_cast<int64_t>(chunk_sums_.size()) != 2 * chunks) chunk_sums_.assign(static_cast<size_t>(2 * chunks), 0.0);
+  double* scaled_sums = chunk_sums_.data();
+  double* sums = scaled_sums + chunks;
+  // One pass: the check of the scaled gradient, the unscaled one written
+  // back, its square summed (the same sum clipping alone takes).
   parallel_for(pool, chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
-      double s = 0;
-      for (int64_t i = c * kGrain, end = std::min(n, i + kGrain); i < end; ++i) s += double(grads[i]) * grads[i];
+      const int64_t begin = c * kGrain, end = std::min(n, begin + kGrain);
+      double scaled = 0, s = 0;
+      if (unscale && norm) {
+        for (int64_t i = begin; i < end; ++i) {
+          const float g = grads[i];
+          scaled += double(g) * g;
+          const float u = g * inv;
+          grads[i] = u;
+          s += double(u) * u;
+        }
+      } else if (unscale) {
+        for (int64_t i = begin; i < end; ++i) {
+          const float g = grads[i];
+          scaled += double(g) * g;
+          grads[i] = g * inv;
+        }
+      } else {
+        for (int64_t i = begin; i < end; ++i) s += double(grads[i]) * grads[i];
+      }
+      scaled_sums[c] = scaled;
       sums[c] = s;
     }
   });
+  if (unscale) {
+    double total = 0;
+    for (int64_t c = 0; c < chunks; ++c) total += scaled_sums[c];
+    if (!check_scaled(total)) return false;
+  }
+  if (!norm) return true;
   double total = 0;
   for (int64_t c = 0; c < chunks; ++c) total += sums[c];
   if (!set_grad_norm(total)) return false;

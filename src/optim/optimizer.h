@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/workers.h"
+#include "optim/grad_scaler.h"
 #include "optim/rules.h"
 #include "optim/schedule.h"
 
@@ -25,10 +26,12 @@ class Optimizer {
   static std::unique_ptr<Optimizer> from_json(const std::string& text, int64_t num_params, uint64_t memory_limit = 0,
                                               uint64_t held = 0);
 
-  // What every step begins with: the learning rate from the schedule, if
-  // any, then begin_step(). Engines call this, once per step.
+  // What every step begins with: the grad scaler's update for a step taken
+  // (if it is on), the learning rate from the schedule (if any), then
+  // begin_step(). Engines call this, once per step taken.
   void start_step() {
-    if (schedule) lr = schedule->lr(base_lr, steps);
+    if (scaler.enabled) scaler.update(false);
+    if (schedule) lr = schedule->lr(base_lr, steps + skipped_steps);
     begin_step();
   }
   // Counts the step and computes what is shared by all elements (bias corrections).
@@ -37,8 +40,8 @@ class Optimizer {
   virtual void update(float* params, const float* grads, int64_t b, int64_t e) = 0;
   // The rule update() applies, for backends that apply it themselves (CUDA).
   virtual OptimRule rule() const = 0;
-  // A whole step over n parameters, split over pool: clip(), then, unless
-  // that found a non-finite norm, start_step() and update(). Returns whether
+  // A whole step over n parameters, split over pool: prepare(), then,
+  // unless that holds the step, start_step() and update(). Returns whether
   // it stepped.
   bool step(float* params, float* grads, int64_t n, Workers* pool);
 
@@ -48,19 +51,41 @@ class Optimizer {
   // max_grad_norm / (norm + 1e-6), computed in float32 as PyTorch does.
   // 0: off; infinity: the norm is measured, nothing is clipped.
   double max_grad_norm = 0;
-  double grad_norm = 0;  // the last clip()'s norm, before clipping
+  double grad_norm = 0;  // the last step's norm, before clipping (after unscaling)
   bool clips() const { return max_grad_norm > 0; }
-  // With clips(): grad_norm = the norm of grads[0, n), the gradients scaled
-  // if need be; false (nothing scaled) when the norm is not finite, and the
-  // step must not happen. The norm is summed in double over fixed chunks, in
-  // order, so every pool (and every split of the batch) sums the same way.
-  bool clip(float* grads, int64_t n, Workers* pool);
+  // torch.amp.GradScaler (off by default): the loss's gradient is scaled by
+  // scaler.scale, the gradients unscaled and checked before each step, a
+  // step with an inf/NaN gradient skipped (parameters and state unchanged)
+  // and counted in skipped_steps, which the schedule counts as steps (as
+  // PyTorch's scheduler.step() runs on every iteration).
+  GradScaler scaler;
+  int64_t skipped_steps = 0;
+  // Whether prepare() has work: the update must wait until every gradient
+  // is summed (a CPU engine otherwise updates range by range).
+  bool defers() const { return clips() || scaler.enabled; }
+  // Before each step, on the summed gradients grads[0, n), PyTorch's recipe
+  // (scaler.unscale_, clip_grad_norm_, scaler.step): with the scaler, every
+  // gradient multiplied by scaler.inv_scale() and checked; an inf or NaN
+  // (in the scaled gradients, as PyTorch checks) skips the step: the scaler
+  // backs off, skipped_steps grows, and it returns false. Then, with
+  // clips(): grad_norm = the norm, the gradients clipped if need be, or
+  // false (nothing clipped) when the norm is not finite (without the
+  // scaler: an error, check_grad_norm()). Norms are summed in double over
+  // fixed chunks, in order, so every pool (and every split of the batch)
+  // sums the same way.
+  bool prepare(float* grads, int64_t n, Workers* pool);
   // clip()'s factor for a norm: max_grad_norm / (norm + 1e-6), at most 1.
   float clip_coef(double norm) const;
   // For backends that sum the squares themselves (CUDA): grad_norm =
   // sqrt(sum_squares); whether it is finite.
   bool set_grad_norm(double sum_squares);
-  // After a clip() that returned false: throws DP_ERR_NUMERIC naming the norm.
+  // For those with the scaler on: the sum of the squares of the scaled
+  // gradients. Not finite (some gradient is inf or NaN): the step is
+  // skipped (as prepare() does) and it returns false.
+  bool check_scaled(double sum_squares);
+  // After a prepare() that returned false without the scaler: throws
+  // DP_ERR_NUMERIC naming the norm. (With the scaler, a skipped step is no
+  // error.)
   void check_grad_norm() const;
 
   // The state a checkpoint must hold, by name, in PyTorch's state_dict terms:
@@ -84,7 +109,9 @@ class Optimizer {
 
  private:
   static uint64_t next_id();
-  std::vector<double> chunk_sums_;  // clip(): per chunk of kGrain gradients, sized once
+  // prepare(): per chunk of kGrain gradients, the squares of the scaled and
+  // of the unscaled gradients; sized once.
+  std::vector<double> chunk_sums_;
 };
 
 }  // namespace dp

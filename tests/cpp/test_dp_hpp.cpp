@@ -269,6 +269,21 @@ TEST_CASE("training through dp.hpp equals training through dp.h") {
   opt.set_lr_schedule("");
   opt.step();
   CHECK(opt.lr() == 0.01);
+
+  // The grad scaler: off (scale 1), PyTorch's defaults, its state, errors.
+  CHECK(opt.get_scale() == 1.0);
+  opt.set_grad_scaler();
+  CHECK(opt.get_scale() == 65536.0);
+  dp::Optimizer scaled(group, kSgd);
+  scaled.set_grad_scaler(R"({"growth_interval": 2})");
+  for (int i = 0; i < 4; ++i) group.train_step(scaled, x, y);
+  const dp::Optimizer::GradScalerState st = scaled.grad_scaler_state();
+  CHECK(st.scale == 4 * 65536.0);
+  CHECK(st.growth_tracker == 0);
+  CHECK(st.skipped_steps == 0);
+  CHECK_THROWS_AS(scaled.set_grad_scaler(R"({"growth_interval": 0})"), dp::Error);
+  scaled.set_grad_scaler("");
+  CHECK(scaled.get_scale() == 1.0);
 }
 
 TEST_CASE("datasets, loaders and checkpoints") {

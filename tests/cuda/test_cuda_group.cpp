@@ -384,6 +384,103 @@ TEST_CASE("clip_grad_norm and gradient accumulation on CUDA: as on the CPU; a no
   dp_tensor_destroy(t);
 }
 
+namespace {
+
+double scale_of(const dp_optimizer* opt, int64_t* skipped = nullptr, int64_t* tracker = nullptr) {
+  double scale = 0;
+  DP_REQUIRE_OK(dp_optimizer_grad_scaler_state(opt, &scale, tracker, skipped));
+  return scale;
+}
+
+// Inputs of +-1e3 and targets 0 through a linear MSE model: gradients of
+// about 1e6, whose scaled values overflow float32 above about 2^110.
+dp_status big_step(Session& s, int step) {
+  std::vector<float> x(16 * 6), t(16, 0.0f);
+  TestRng rng(static_cast<uint64_t>(step) + 100);
+  for (float& v : x) v = rng.uniform(-1e3f, 1e3f);
+  dp_tensor* xt = make_f32(s.ctx, x, {16, 6});
+  dp_tensor* tt = make_f32(s.ctx, t, {16, 1});
+  const dp_status st = dp_group_train_step(s.group, s.opt, xt, tt, nullptr);
+  dp_tensor_destroy(xt);
+  dp_tensor_destroy(tt);
+  return st;
+}
+
+}  // namespace
+
+// The grad scaler on GPUs: the unscale on every slot and the inf/NaN check
+// on the device (the clip norm's sum of squares), the decision on the host.
+// While nothing overflows, the scaled GPU run is the unscaled GPU run bit
+// for bit, and the CPU's within the usual tolerance, with the same scales;
+// an overflowing scale skips steps (nothing changes on them), backs off and
+// grows again, against a GPU twin without scaler that takes only the steps
+// taken (so no decision is compared across devices).
+TEST_CASE("the grad scaler on CUDA: bitwise the unscaled run without overflow, as the CPU; skipped steps change nothing") {
+  for (int n : {1, 2}) {
+    for (bool accumulate : {false, true}) {
+      const std::string where = std::to_string(n) + " replica(s), " + (accumulate ? "accumulating 2 x 6 rows" : "batch 12");
+      progress("grad scaler: " + where);
+      CAPTURE(where);
+      Session plain(kMlp, cuda_devices(n), kSgd), scaled(kMlp, cuda_devices(n), kSgd), cpu(kMlp, cpu_devices(n), kSgd);
+      for (Session* s : {&plain, &scaled, &cpu}) DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(s->opt, 0.05));
+      DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(scaled.opt, R"({"growth_interval": 2})"));
+      DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(cpu.opt, R"({"growth_interval": 2})"));
+      for (int k = 0; k < 6; ++k) {
+        for (Session* s : {&plain, &scaled, &cpu}) {
+          if (!accumulate) {
+            DP_REQUIRE_OK(s->step(12, k, nullptr));
+            continue;
+          }
+          const double scale = scale_of(s->opt);  // the caller scales forward_backward's loss
+          for (int half = 0; half < 2; ++half) {
+            dp_tensor* x = s->input(6, 2 * k + half);
+            dp_tensor* y = s->target(6, 2 * k + half);
+            DP_REQUIRE_OK(dp_group_forward_backward(s->group, x, y, 0.5 * scale, nullptr));
+            dp_tensor_destroy(x);
+            dp_tensor_destroy(y);
+          }
+          DP_REQUIRE_OK(dp_optimizer_step(s->opt));
+          DP_REQUIRE_OK(dp_group_zero_grad(s->group));
+        }
+        CHECK(scale_of(scaled.opt) == scale_of(cpu.opt));
+      }
+      CHECK(params_of(scaled.model) == params_of(plain.model));
+      expect_close(params_of(scaled.model), params_of(cpu.model), where + ": parameters after 6 scaled steps");
+      CHECK(scale_of(scaled.opt) == std::ldexp(1.0, 19));
+    }
+    // Overflow from 2^127.
+    const char* linear = R"({"seed": 3, "input": {"shape": [6]},
+      "layers": [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 1}], "loss": {"type": "mse"}})";
+    const char* sgd = R"({"type": "sgd", "lr": 1e-10, "momentum": 0.9})";
+    Session over(linear, cuda_devices(n), sgd), twin(linear, cuda_devices(n), sgd);
+    DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(over.opt, R"({"init_scale": 1.7014118346046923e38, "growth_interval": 3})"));
+    int64_t skipped = 0, grown_then_skipped = 0;
+    double last = scale_of(over.opt);
+    bool grew = false;
+    for (int k = 0; k < 30; ++k) {
+      CAPTURE(k);
+      const std::vector<float> before = params_of(over.model);
+      int64_t was = 0;
+      scale_of(over.opt, &was);
+      DP_REQUIRE_OK(big_step(over, k));
+      const double now = scale_of(over.opt, &skipped);
+      if (skipped > was) {
+        CHECK(now == last / 2);
+        CHECK(params_of(over.model) == before);
+        for (float g : grads_of(over.model)) CHECK(g == 0.0f);
+        grown_then_skipped += grew;
+      } else {
+        DP_REQUIRE_OK(big_step(twin, k));
+      }
+      REQUIRE(params_of(over.model) == params_of(twin.model));
+      grew = now > last;
+      last = now;
+    }
+    CHECK(skipped >= 15);
+    CHECK(grown_then_skipped >= 1);
+  }
+}
+
 TEST_CASE("forward + backward on CUDA: outputs and gradients as on the CPU, accumulating over two backwards") {
   for (const char* json : {kMlp, kCnn}) {
     for (int n : {1, 3}) {

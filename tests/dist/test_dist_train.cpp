@@ -149,6 +149,50 @@ TEST_CASE("buckets inside a large layer across processes: as one process") {
   require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4, buckets inside a layer");
 }
 
+// The grad scaler decides on the gradients summed over every device of
+// every process, so every rank skips, backs off and grows alike, as one
+// process with all the devices does. Started at 2^127 with inputs of +-1e3
+// (relu, not tanh, so that the first layer's gradients are large too), the
+// first steps overflow; then it grows every other step into overflows again.
+TEST_CASE("the grad scaler across processes: every rank skips and scales alike, as one process with all the devices") {
+  for (int accumulate : {1, 2}) {
+    CAPTURE(accumulate);
+    Setup s;
+    s.model = R"({"seed": 7, "input": {"shape": [6]},
+      "layers": [{"type": "linear", "out_features": 12}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+                 {"type": "linear", "out_features": 5}],
+      "loss": {"type": "cross_entropy"}})";
+    s.input_scale = 1e3f;
+    s.batch = 10;
+    s.accumulate = accumulate;
+    s.clip = 0.05;
+    s.scaler = R"({"init_scale": 1.7014118346046923e38, "growth_interval": 2})";
+    s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+    const Result four = run(s, 0, 0, 0);
+    REQUIRE(four.losses.back() > 0);  // steps were skipped
+    const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+    REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
+    require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4, with the grad scaler");
+    CHECK(two_by_two[0].losses.back() == four.losses.back());
+  }
+  // Ranks must configure it alike.
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      Setup s;
+      s.scaler = r == 0 ? "{}" : R"({"growth_interval": 100})";
+      run(s, r, 2, port);
+      return "";
+    });
+  for (const Outcome& o : run_ranks(ranks, 60)) {
+    CAPTURE(o.message);
+    CHECK(o.status == 1);
+    CHECK(o.message.find("DP_ERR_INVALID_ARGUMENT") != std::string::npos);
+    CHECK(o.message.find("rank 1's grad_scaler differs from rank 0's") != std::string::npos);
+  }
+}
+
 TEST_CASE("two runs of the same world are bitwise the same") {
   Setup s;
   s.batch = 10;

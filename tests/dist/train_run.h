@@ -88,6 +88,11 @@ struct Setup {
   // `accumulate` batches and after an epoch's last).
   double clip = 0;
   int accumulate = 1;
+  // The grad scaler's JSON ("": off); each step's scale (before the step)
+  // and the steps skipped so far then follow its loss (and norm) in
+  // Result::losses.
+  std::string scaler;
+  float input_scale = 1;  // the inputs are uniform in [-input_scale, input_scale]
 };
 
 // One process's run: with world > 1, rank `rank` of a process group on
@@ -112,11 +117,12 @@ Result run(const Setup& s, int rank, int world, int port) {
   }
   OK(dp_optimizer_create(group, s.opt, &opt));
   if (s.clip > 0) OK(dp_optimizer_set_clip_grad_norm(opt, s.clip));
+  if (!s.scaler.empty()) OK(dp_optimizer_set_grad_scaler(opt, s.scaler.c_str()));
 
   TestRng rng(42);
   std::vector<float> x(static_cast<size_t>(s.samples * 6));
   std::vector<int64_t> y(static_cast<size_t>(s.samples));
-  for (float& v : x) v = rng.uniform(-1, 1);
+  for (float& v : x) v = rng.uniform(-s.input_scale, s.input_scale);
   for (auto& v : y) v = rng.next() % 5;
   const int64_t sample_shape[] = {6};
   OK(dp_dataset_from_arrays(ctx, x.data(), 1, sample_shape, s.samples, DP_I64, y.data(), 0, nullptr, 0, &ds));
@@ -145,8 +151,11 @@ Result run(const Setup& s, int rank, int world, int port) {
       int64_t batches = 0, pos_epoch = 0, pos_batch = 0;
       OK(dp_loader_num_batches(loader, &batches));
       OK(dp_loader_position(loader, &pos_epoch, &pos_batch));  // pos_batch: batches read this epoch
+      double scale = 1;  // the grad scaler's (1 when off): forward_backward's gradients are scaled by the caller
+      int64_t skipped = 0;
+      OK(dp_optimizer_grad_scaler_state(opt, &scale, nullptr, nullptr));
       if (s.accumulate > 1) {
-        OK(dp_group_forward_backward(group, in, tg, 1.0 / s.accumulate, &loss));
+        OK(dp_group_forward_backward(group, in, tg, scale / s.accumulate, &loss));
         res.losses.push_back(loss);
         if (pos_batch % s.accumulate != 0 && pos_batch != batches) continue;
         OK(dp_optimizer_step(opt));
@@ -159,6 +168,11 @@ Result run(const Setup& s, int rank, int world, int port) {
         double norm = 0;
         OK(dp_optimizer_grad_norm(opt, &norm));
         res.losses.push_back(static_cast<float>(norm));
+      }
+      if (!s.scaler.empty()) {
+        OK(dp_optimizer_grad_scaler_state(opt, nullptr, nullptr, &skipped));
+        res.losses.push_back(static_cast<float>(scale));
+        res.losses.push_back(static_cast<float>(skipped));
       }
       if (++steps == s.save_after) {
         OK(dp_checkpoint_save(s.save_path.c_str(), group, opt, loader, nullptr));

@@ -169,6 +169,11 @@ def checkpoint(libdp):
                 if i == 0 and not with_loader:
                     put("checkpoint", "ckpt_as_weights", bytes([1 << 3]) + data)
                     put("checkpoint", "ckpt_all_three", bytes([3 << 3]) + data)
+            if text and i == 2:  # with a grad scaler's record (scale, growth tracker, skipped steps)
+                ok(lib.dp_optimizer_set_grad_scaler(opt, b'{"growth_interval": 3}'))
+                ok(lib.dp_checkpoint_save(path, group, opt, None, None))
+                with open(path, "rb") as f:
+                    put("checkpoint", "ckpt_opt2_grad_scaler", bytes([2]) + f.read())
             if text:
                 lib.dp_optimizer_destroy(opt)
         path = os.path.join(tmp, "w.safetensors").encode()

@@ -130,6 +130,8 @@ _PROTOS = [
     ('dp_optimizer_set_lr_schedule', _S, [opt_p, c_char_p]),
     ('dp_optimizer_set_clip_grad_norm', _S, [opt_p, c_double]),
     ('dp_optimizer_grad_norm', _S, [opt_p, P(c_double)]),
+    ('dp_optimizer_set_grad_scaler', _S, [opt_p, c_char_p]),
+    ('dp_optimizer_grad_scaler_state', _S, [opt_p, P(c_double), P(c_int64), P(c_int64)]),
     ('dp_optimizer_destroy', None, [opt_p]),
     ('dp_group_train_step', _S, [group_p, opt_p, tensor_p, tensor_p, P(c_float)]),
     ('dp_group_forward_backward', _S, [group_p, tensor_p, tensor_p, c_double, P(c_float)]),

@@ -463,7 +463,9 @@ class DataParallel:
         PyTorch: forward, the model's loss, backward, the gradients ADDED into
         the model's (no zero_grad, no step). K batches with loss_scale=1/K,
         then optimizer.step() and zero_grad(), train as one batch K times
-        larger. Returns the unscaled batch loss."""
+        larger. With a grad scaler, multiply loss_scale by
+        optimizer.get_scale() (scaler.scale(loss)). Returns the unscaled
+        batch loss."""
         loss = ctypes.c_float()
         xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
         _check(_lib.group_forward_backward(self._h, xt._h, yt._h, _float(loss_scale, 'loss_scale'),

@@ -77,6 +77,54 @@ class Optimizer:
         _check(_lib.optimizer_grad_norm(self._h, ctypes.byref(v)))
         return v.value
 
+    def set_grad_scaler(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                        enabled=True):
+        """Dynamic loss scaling, as torch.amp.GradScaler(device, init_scale,
+        growth_factor, backoff_factor, growth_interval, enabled) with
+        scaler.scale(loss).backward(), scaler.step(opt), scaler.update() in
+        every train_step (dp_optimizer_set_grad_scaler): the loss's gradient
+        multiplied by the scale, the summed gradients unscaled and checked
+        before the step; a step with an inf/NaN gradient is skipped (no error;
+        the parameters and state unchanged) and the scale multiplied by
+        backoff_factor; after growth_interval clean steps in a row, by
+        growth_factor. With forward_backward pass loss_scale times
+        get_scale() (PyTorch's scaler.scale(loss)). enabled=False turns it
+        off. Starts at init_scale; load a checkpoint (or a state_dict) after
+        it to continue a run's scale."""
+        if not enabled:
+            text = None
+        else:
+            cfg = {'init_scale': _float(init_scale, 'init_scale'), 'growth_factor': _float(growth_factor, 'growth_factor'),
+                   'backoff_factor': _float(backoff_factor, 'backoff_factor')}
+            if isinstance(growth_interval, bool) or not isinstance(growth_interval, int):
+                raise ArgumentTypeError(f'set_grad_scaler: growth_interval must be an int, got '
+                                        f'{type(growth_interval).__name__}')
+            cfg['growth_interval'] = growth_interval
+            text = _json.dumps(cfg).encode()
+        _check(_lib.optimizer_set_grad_scaler(self._h, text))
+        return self
+
+    def _scaler_state(self):
+        scale, tracker, skipped = ctypes.c_double(), ctypes.c_int64(), ctypes.c_int64()
+        _check(_lib.optimizer_grad_scaler_state(self._h, ctypes.byref(scale), ctypes.byref(tracker),
+                                                ctypes.byref(skipped)))
+        return scale.value, tracker.value, skipped.value
+
+    def get_scale(self):
+        """The scale the next step's loss gradient is multiplied by (PyTorch's
+        GradScaler.get_scale(): 1.0 without a grad scaler)."""
+        return self._scaler_state()[0]
+
+    def get_growth_tracker(self):
+        """Clean steps in a row since the scale last changed (PyTorch's
+        GradScaler._get_growth_tracker(); 0 without a grad scaler)."""
+        return self._scaler_state()[1]
+
+    @property
+    def skipped_steps(self):
+        """Steps the grad scaler skipped (inf/NaN gradients)."""
+        return self._scaler_state()[2]
+
     # -- state_dict: libdp exposes the optimizer's state only through
     # checkpoints, so these go through a temporary checkpoint file.
     def _checkpoint(self, d):
@@ -104,7 +152,10 @@ class Optimizer:
         """PyTorch's layout: {"state": {param index: {"momentum_buffer" (SGD) or
         "exp_avg", "exp_avg_sq" (Adam, AdamW): NumPy arrays, "step": float32
         0-d}}, "param_groups": [...]}; "state" is empty before the first step,
-        as PyTorch's. Parameter indices follow Model.parameter_info()."""
+        as PyTorch's. Parameter indices follow Model.parameter_info(). With a
+        grad scaler, also "grad_scaler": its state in GradScaler.state_dict()'s
+        names ("scale", "_growth_tracker", "growth_factor", ...) and
+        "skipped_steps"."""
         np = _np()
         names = self._param_names()
         index = {n: i for i, n in enumerate(names)}
@@ -119,11 +170,17 @@ class Optimizer:
                     state.setdefault(index[name], {})[kind] = a
             for i in range(len(names)):
                 state.setdefault(i, {})['step'] = np.array(float(steps), np.float32)
-        return {'state': state, 'param_groups': self.param_groups}
+        sd = {'state': state, 'param_groups': self.param_groups}
+        if 'grad_scaler' in meta:
+            sd['grad_scaler'] = _json.loads(meta['grad_scaler'])
+        return sd
 
     def load_state_dict(self, state_dict):
         """Restores what state_dict() returned (of an optimizer of the same type
-        over the same architecture): the state, the step count, and the lr.
+        over the same architecture): the state, the step count, the lr, and
+        the grad scaler's scale, growth tracker and skipped steps (its
+        settings stay this optimizer's; without "grad_scaler" a scaler starts
+        afresh).
         dp.StateDictError (a RuntimeError) for one that does not fit; nothing
         changes then."""
         np = _np()
@@ -173,6 +230,16 @@ class Optimizer:
                                          f'{tuple(a.shape)} in the state dict, {tuple(tensors[k].shape)} here')
                 tensors[k] = a
             meta['optimizer_steps'] = str(steps if state else 0)
+            meta.pop('grad_scaler', None)
+            scaler = state_dict.get('grad_scaler')
+            if scaler is not None:
+                if not isinstance(scaler, dict):
+                    raise ArgumentTypeError('Optimizer.load_state_dict: "grad_scaler" must be a dict (what '
+                                            'state_dict() returns)')
+                # torch.amp.GradScaler.state_dict() has no skipped_steps: none then.
+                scaler = dict({'skipped_steps': 0}, **scaler)
+                with _converting('Optimizer.load_state_dict: "grad_scaler" must be JSON-serialisable'):
+                    meta['grad_scaler'] = _json.dumps(scaler)
             _st_write(p, tensors, meta)
             _check(_lib.checkpoint_load(os.fsencode(p), self.group._h, self._h, None))
         lr = groups[0].get('lr')

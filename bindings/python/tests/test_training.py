@@ -98,6 +98,66 @@ def test_accumulation_and_clipping():
     assert np.allclose(half.module.parameters() - start, (big.module.parameters() - start) / 2, rtol=1e-4, atol=1e-7)
 
 
+def test_grad_scaler():
+    """PyTorch's names; with no overflow, bitwise the run without it (train_step
+    and forward_backward with loss_scale * get_scale()); an overflowing scale
+    skips steps and backs off; its state in the optimizer's state_dict; bad
+    settings raise."""
+    spec = {'seed': 0, 'input': {'shape': [6]}, 'layers': [{'type': 'linear', 'out_features': 8}, {'type': 'tanh'},
+                                                           {'type': 'linear', 'out_features': 3}],
+            'loss': {'type': 'cross_entropy'}}
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((20, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 20)
+    plain, scaled = dp.DataParallel(dp.Model(spec), 'cpu:0,cpu:1'), dp.DataParallel(dp.Model(spec), 'cpu:0,cpu:1')
+    op, os_ = dp.Adam(plain, lr=0.01), dp.Adam(scaled, lr=0.01).set_grad_scaler(growth_interval=2)
+    assert op.get_scale() == 1.0 and os_.get_scale() == 65536.0 and os_.get_growth_tracker() == 0
+    for step in range(5):
+        assert plain.train_step(op, x, y) == scaled.train_step(os_, x, y)
+        plain.zero_grad()  # (a step leaves its gradients, unscaled: scaled ones must not be added to them)
+        scaled.zero_grad()
+        plain.forward_backward(x, y, loss_scale=1.0)
+        scaled.forward_backward(x, y, loss_scale=os_.get_scale())
+        op.step()
+        os_.step()
+        plain.zero_grad()
+        scaled.zero_grad()
+    assert np.array_equal(plain.module.parameters(), scaled.module.parameters())
+    assert os_.get_scale() == 2.0 ** 21 and os_.skipped_steps == 0  # 10 steps, growing every other one
+
+    # From 2^127 with inputs of 1e3 and MSE: the first steps overflow and are skipped.
+    lin = {'seed': 1, 'input': {'shape': [6]}, 'layers': [{'type': 'linear', 'out_features': 1}], 'loss': {'type': 'mse'}}
+    g = dp.DataParallel(dp.Model(lin), 'cpu:0')
+    o = dp.SGD(g, lr=1e-10).set_grad_scaler(init_scale=2.0 ** 127, growth_interval=3)
+    big = (rng.uniform(-1e3, 1e3, (16, 6))).astype(np.float32)
+    before = g.module.parameters()
+    g.train_step(o, big, np.zeros((16, 1), np.float32))
+    assert o.skipped_steps == 1 and o.get_scale() == 2.0 ** 126 and np.array_equal(g.module.parameters(), before)
+    for _ in range(30):
+        g.train_step(o, big, np.zeros((16, 1), np.float32))
+    sd = o.state_dict()
+    assert sd['grad_scaler']['scale'] == o.get_scale() < 2.0 ** 112
+    assert sd['grad_scaler']['skipped_steps'] == o.skipped_steps > 10
+    assert sd['grad_scaler']['_growth_tracker'] == o.get_growth_tracker()
+    fresh = dp.SGD(g, lr=1e-10).set_grad_scaler(init_scale=2.0 ** 127, growth_interval=3)
+    fresh.load_state_dict(sd)
+    assert (fresh.get_scale(), fresh.get_growth_tracker(), fresh.skipped_steps) == \
+        (o.get_scale(), o.get_growth_tracker(), o.skipped_steps)
+    # torch.amp.GradScaler.state_dict()'s own keys load too (no skipped_steps: 0).
+    sd['grad_scaler'] = {'scale': 1024.0, 'growth_factor': 2.0, 'backoff_factor': 0.5, 'growth_interval': 3,
+                         '_growth_tracker': 2}
+    fresh.load_state_dict(sd)
+    assert (fresh.get_scale(), fresh.get_growth_tracker(), fresh.skipped_steps) == (1024.0, 2, 0)
+
+    with pytest.raises(dp.ModelError, match='/growth_factor'):
+        o.set_grad_scaler(growth_factor=1.0)
+    with pytest.raises(dp.ModelError, match='/init_scale'):
+        o.set_grad_scaler(init_scale=0)
+    with pytest.raises(TypeError):
+        o.set_grad_scaler(growth_interval=2.5)
+    assert o.set_grad_scaler(enabled=False).get_scale() == 1.0
+
+
 def test_numeric_error_leaves_parameters():
     m = dp.Model({'seed': 0, 'input': {'shape': [2]}, 'layers': [{'type': 'linear', 'out_features': 2}],
                   'loss': {'type': 'mse'}})

@@ -191,7 +191,7 @@ class CpuEngine final : public Engine {
   // go straight into the model's gradients, and step its parameters.
   void prepare(const RunPlan& plan) override {
     opt_ = plan.job == Job::kTrain ? plan.opt : nullptr;
-    defer_ = plan.grows || (opt_ && opt_->clips());  // clipping needs every gradient first
+    defer_ = plan.grows || (opt_ && opt_->defers());  // clipping and the grad scaler need every gradient first
     gate_ = kUndecided;
     dst_ = opt_ ? model_.mutable_grads().data() : nullptr;
     params_ = opt_ ? model_.mutable_params().data() : nullptr;
@@ -222,10 +222,11 @@ class CpuEngine final : public Engine {
       lock.unlock();
       if (plan.job != Job::kBackward && !gathered_) gather_results();
     }
-    // Every replica is done: clip (a non-finite gradient norm holds the
-    // step, as a non-finite loss does), then the whole update.
+    // Every replica is done: unscale and clip (an inf/NaN gradient with the
+    // grad scaler, or a non-finite gradient norm, holds the step, as a
+    // non-finite loss does), then the whole update.
     if (opt_ && defer_ && gate_ == kUndecided && std::isfinite(total_loss()) &&
-        !opt_->clip(dst_, model_.num_params(), &threads_))
+        !opt_->prepare(dst_, model_.num_params(), &threads_))
       gate_ = kHold;
     if (opt_ && defer_ && decide())
       parallel_for(&threads_, model_.num_params(), Optimizer::kGrain,
@@ -353,7 +354,7 @@ class CpuEngine final : public Engine {
   std::exception_ptr stage_error_;
   double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
-  bool defer_ = false;        // RunPlan::grows: the update waits for finish()
+  bool defer_ = false;        // RunPlan::grows, clipping, the grad scaler: the update waits for finish()
   float* dst_ = nullptr;      // where the buckets' sums go
   float* params_ = nullptr;
   std::atomic<int> gate_{kUndecided};

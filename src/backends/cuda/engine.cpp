@@ -37,7 +37,7 @@ struct Slot {
   int device = 0;
   std::vector<int> replicas;
   Tensor params, grads, buffers, step_sum, state0, state1;
-  Tensor norm_scratch;  // clip_grad_norm_'s partial sums: kNormBlocks + 1 doubles
+  Tensor norm_scratch;  // clip_grad_norm_'s and the grad scaler's partial sums: kNormBlocks + 1 doubles
   uint64_t opt_id = 0, opt_version = 0;
   cudaEvent_t updated = nullptr;               // recorded after each change of the slot's arrays
   std::unique_ptr<LocalComm> local;            // sums the slot's replicas on its GPU
@@ -84,7 +84,8 @@ class CudaEngine final : public Engine, public DeviceCopy {
   void upload_if_stale();
   void prepare_optimizer(Slot& s, Optimizer& opt);
   void apply(Optimizer* opt, bool with_step_sum);
-  bool clip(Optimizer& opt, bool with_step_sum);
+  bool prepare_grads(Optimizer& opt, bool with_step_sum);
+  double sum_squares();  // of slot 0's gradients, read by the host
 
   std::vector<int> slot_of_;
   std::vector<Slot> slots_;
@@ -394,8 +395,10 @@ void CudaEngine::prepare_optimizer(Slot& s, Optimizer& opt) {
 void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   check_usable();
   upload_if_stale();
-  if (opt && opt->clips() && !clip(*opt, with_step_sum)) return;
-  if (opt && opt->clips()) with_step_sum = false;  // clip() added it
+  if (opt && opt->defers()) {
+    if (!prepare_grads(*opt, with_step_sum)) return;
+    with_step_sum = false;  // prepare_grads() added it
+  }
   OptimRule rule;
   if (opt) {
     opt->start_step();
@@ -414,35 +417,65 @@ void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   device_newer_ = true;
 }
 
-// clip_grad_norm_: acc += the step's sum first (with_step_sum), then the
-// norm of slot 0's (every slot holds the same sums), read by the host, and
-// every slot's gradients scaled by the same factor. A non-finite norm steps
-// nothing; after a training step's sum, the gradients become zero.
-bool CudaEngine::clip(Optimizer& opt, bool with_step_sum) {
+// The sum of slot 0's gradients' squares (every slot holds the same sums),
+// in double and in a fixed order, on the device; the host waits for it.
+double CudaEngine::sum_squares() {
+  Slot& first = slots_[0];
+  DP_CUDA_CHECK(cudaSetDevice(first.device));
+  double* scratch = static_cast<double*>(first.norm_scratch.data());
+  cuda_sum_squares(main_stream(first), first.grads.f32(), model_.num_params(), scratch);
+  double sum = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(&sum, scratch + kNormBlocks, sizeof sum, cudaMemcpyDeviceToHost, main_stream(first)));
+  DP_CUDA_CHECK(cudaStreamSynchronize(main_stream(first)));
+  return sum;
+}
+
+// What Optimizer::prepare() does on the host, on every slot: acc += the
+// step's sum first (with_step_sum); with the grad scaler, the scaled
+// gradients' squares summed (inf or NaN: the step is skipped) and every
+// gradient multiplied by inv_scale; with clipping, the norm, and every
+// slot's gradients scaled by the same factor. A step held (skipped, or a
+// non-finite norm) steps nothing; after a training step's sum, the
+// gradients become zero.
+bool CudaEngine::prepare_grads(Optimizer& opt, bool with_step_sum) {
   const int64_t P = model_.num_params();
   for (Slot& s : slots_) {
     DP_CUDA_CHECK(cudaSetDevice(s.device));
     const float* step = bucketed_ ? rep(s.replicas[0]).graph().grads() : s.step_sum.f32();
     if (with_step_sum) cuda_update(main_stream(s), s.params.f32(), s.grads.f32(), step, nullptr, nullptr, nullptr, P);
   }
-  Slot& first = slots_[0];
-  DP_CUDA_CHECK(cudaSetDevice(first.device));
-  double* scratch = static_cast<double*>(first.norm_scratch.data());
-  cuda_sum_squares(main_stream(first), first.grads.f32(), P, scratch);
-  double sum = 0;
-  DP_CUDA_CHECK(cudaMemcpyAsync(&sum, scratch + kNormBlocks, sizeof sum, cudaMemcpyDeviceToHost, main_stream(first)));
-  DP_CUDA_CHECK(cudaStreamSynchronize(main_stream(first)));
-  if (!opt.set_grad_norm(sum)) {
-    if (with_step_sum) zero_grad();
+  auto changed = [&] {
+    for (Slot& s : slots_) {
+      DP_CUDA_CHECK(cudaSetDevice(s.device));
+      DP_CUDA_CHECK(cudaEventRecord(s.updated, main_stream(s)));
+    }
+    device_newer_ = true;
+  };
+  auto hold = [&] {
+    if (with_step_sum)
+      zero_grad();
+    else
+      changed();
     return false;
+  };
+  if (opt.scaler.enabled) {
+    const double scaled = sum_squares();
+    const float inv = opt.scaler.inv_scale();  // before check_scaled() backs the scale off
+    for (Slot& s : slots_) {
+      DP_CUDA_CHECK(cudaSetDevice(s.device));
+      cuda_scale(main_stream(s), s.grads.f32(), inv, P);  // unscaled in place, as PyTorch's unscale_
+    }
+    if (!opt.check_scaled(scaled)) return hold();
   }
-  const float coef = opt.clip_coef(opt.grad_norm);
-  for (Slot& s : slots_) {
-    DP_CUDA_CHECK(cudaSetDevice(s.device));
-    if (coef < 1.0f) cuda_scale(main_stream(s), s.grads.f32(), coef, P);
-    DP_CUDA_CHECK(cudaEventRecord(s.updated, main_stream(s)));
+  if (opt.clips()) {
+    if (!opt.set_grad_norm(sum_squares())) return hold();
+    const float coef = opt.clip_coef(opt.grad_norm);
+    for (Slot& s : slots_) {
+      DP_CUDA_CHECK(cudaSetDevice(s.device));
+      if (coef < 1.0f) cuda_scale(main_stream(s), s.grads.f32(), coef, P);
+    }
   }
-  device_newer_ = true;
+  changed();
   return true;
 }
 

@@ -165,7 +165,8 @@ TEST_CASE("gradient buckets of any size give bitwise the same result") {
   }
 }
 
-// A linear layer of at least 2 x 64 Ki weights computes its weight gradient
+// With DP_SPLIT_LAYERS=1 (the default across processes only), a linear layer of
+// at least 2 x 64 Ki weights computes its weight gradient
 // in blocks of rows and reports each final as it ends (Layer::grad_splits),
 // so buckets may end inside it: more buckets than layers, started while the
 // layer computes the rest. The blocks do not depend on the bucket size, so
@@ -182,6 +183,7 @@ TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket
     "loss": {"type": "cross_entropy"}})";
   const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
   const char* adam = R"({"type": "adam", "lr": 0.01})";
+  setenv("DP_SPLIT_LAYERS", "1", 1);  // between threads too (by default only across processes)
   for (const char* opt : {sgd, adam}) {
     Run one = train(json, "cpu:0", opt, 10, 6);
     for (int n : {1, 3}) {
@@ -201,4 +203,5 @@ TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket
       if (opt == sgd) require_close(one.params, whole.params);
     }
   }
+  unsetenv("DP_SPLIT_LAYERS");
 }

@@ -180,6 +180,15 @@ int Engine::bucket_at(int64_t begin) const {
   return static_cast<int>(it - buckets_.begin());
 }
 
+std::string Engine::bucket_layout() const {
+  std::string s = std::to_string(buckets_.size()) + " bucket" + (buckets_.size() == 1 ? "" : "s") + " at";
+  for (size_t j = buckets_.size(), shown = 0; j-- > 0; ++shown) {
+    if (shown == 8) return s + " and " + std::to_string(j + 1) + " more";
+    s += (shown ? ", " : " ") + std::to_string(buckets_[j].begin);
+  }
+  return s;
+}
+
 void Engine::node_final(int r, size_t node, int64_t from) {
   if (!bucketed()) return;
   size_t& j = next_bucket_[static_cast<size_t>(r)];

@@ -116,6 +116,9 @@ class Engine {
   virtual void comm_seconds(double* busy, double* exposed) const { *busy = *exposed = 0; }
   // How many gradient buckets a step's reduction is cut into.
   size_t bucket_count() const { return buckets_.size(); }
+  // Where they are, as text to compare between processes: "3 buckets at
+  // 0, 401408, 535040" (the start of each, the first 8 and a count after).
+  std::string bucket_layout() const;
 
   // After kBackward: the model's gradients += the last run's, summed over the
   // replicas. After kTrain: the model's gradients = the last run's, then one

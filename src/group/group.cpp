@@ -97,7 +97,7 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
     c.broadcast(procs->rank(), model_.mutable_buffers().data(), model_.num_buffers(), 0);
     engine_->set_processes(&c, procs->rank(), first_, global_);
     // Buckets are collectives: every rank must cut the same ones.
-    procs->check_same("gradient bucket count (DP_BUCKET_MB)", std::to_string(engine_->bucket_count()));
+    procs->check_same("gradient buckets (DP_BUCKET_MB, DP_SPLIT_LAYERS)", engine_->bucket_layout());
   }
   global_split_.reserve(static_cast<size_t>(global_));
   split_.reserve(n);

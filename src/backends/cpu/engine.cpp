@@ -31,7 +31,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <mutex>
 #include <thread>
 
@@ -55,7 +57,8 @@ int max_buckets(const Model& model) {
 // Runs the Layer objects, and reports each finished backward to the engine.
 class CpuExecutor final : public Executor {
  public:
-  CpuExecutor(const Model& m, std::function<void(size_t, int64_t)> final) : model_(m), final_(std::move(final)) {}
+  CpuExecutor(const Model& m, std::function<void(size_t, int64_t)> final, const bool* partial)
+      : model_(m), final_(std::move(final)), partial_(partial) {}
   void forward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->forward(ctx, io); }
   void backward(size_t k, const RunCtx& ctx, LayerIO& io) override { model_.nodes[k].layer->backward(ctx, io); }
   void add(float* dst, const float* src, int64_t n) override {
@@ -64,18 +67,19 @@ class CpuExecutor final : public Executor {
   void zero(float* dst, int64_t n) override { std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float)); }
   bool zero_grads_by_layer() const override { return true; }
   void backward_done(size_t node) override { final_(node, 0); }
-  bool wants_partial() const override { return true; }
+  bool wants_partial() const override { return *partial_; }
   void backward_final(size_t node, int64_t from) override { final_(node, from); }
 
  private:
   const Model& model_;
   std::function<void(size_t, int64_t)> final_;  // Engine::node_final of this replica
+  const bool* partial_;                          // the engine's split_layers_
 };
 
 class CpuDevice final : public ReplicaDevice {
  public:
-  CpuDevice(const Model& model, int threads, std::function<void(size_t, int64_t)> final)
-      : model_(model), pool_(threads), exec_(model, std::move(final)), graph_(model, &exec_, nullptr) {}
+  CpuDevice(const Model& model, int threads, std::function<void(size_t, int64_t)> final, const bool* partial)
+      : model_(model), pool_(threads), exec_(model, std::move(final), partial), graph_(model, &exec_, nullptr) {}
 
   Replica& graph() override { return graph_; }
   void begin(RunCtx& ctx) override { ctx.pool = &pool_; }
@@ -123,9 +127,12 @@ class CpuEngine final : public Engine {
         comm_(devices, max_buckets(model),
               [this](float* out, const float* const* in, int k, int64_t b, int64_t e) { sum_then_step(out, in, k, b, e); },
               Optimizer::kGrain, [this](float* out, int64_t) { bucket_summed(out); }) {
-    // A bucket per large layer, or piece of one (Layer::grad_splits): their
-    // sums overlap the backward of what comes before.
-    set_bucket_mb(0.25, true);
+    // A bucket per large layer: their sums overlap the backward of the layers
+    // before. Buckets inside a layer (Layer::grad_splits) only across
+    // processes, or with DP_SPLIT_LAYERS=1: between threads they measured
+    // no faster (bench/RESULTS.md, 2026-12-02).
+    split_layers_ = split_env() == 1;
+    set_bucket_mb(0.25, split_layers_);
     set_threads_per_device(threads);
   }
 
@@ -143,7 +150,10 @@ class CpuEngine final : public Engine {
     Engine::set_processes(procs, rank, first, global);
     // Fewer, larger buckets than between threads: each costs a round trip
     // over the network.
-    set_bucket_mb(1, true);
+    // Buckets inside large layers (DP_SPLIT_LAYERS=0: not): a large first
+    // layer's all-reduce starts while the rest of it is computed.
+    split_layers_ = split_env() != 0;
+    set_bucket_mb(1, split_layers_);
     ready_.assign(buckets_.size(), 0);
     stage_ = std::thread(&CpuEngine::stage_main, this);
   }
@@ -152,7 +162,7 @@ class CpuEngine final : public Engine {
     devices_.clear();
     for (int r = 0; r < n_; ++r)
       devices_.push_back(std::make_unique<CpuDevice>(
-          model_, threads, [this, r](size_t node, int64_t from) { node_final(r, node, from); }));
+          model_, threads, [this, r](size_t node, int64_t from) { node_final(r, node, from); }, &split_layers_));
   }
 
   void comm_seconds(double* busy, double* exposed) const override {
@@ -342,6 +352,12 @@ class CpuEngine final : public Engine {
     }
   }
 
+  // DP_SPLIT_LAYERS: 0 or 1, or -1 when unset.
+  static int split_env() {
+    const char* env = std::getenv("DP_SPLIT_LAYERS");
+    return env && *env ? std::atoi(env) != 0 : -1;
+  }
+  bool split_layers_ = false;  // buckets may end inside large layers
   LocalComm comm_;
   // The stage of processes (only with set_processes), guarded by stage_mu_.
   std::thread stage_;

@@ -25,7 +25,7 @@
 #   BUILD_DIR      where stage 1 builds (default: <repo>/build-gpu)
 #   OUT            a directory: logs, results.jsonl and gpu_bench.json are written there
 #   PYTHON         python3 with torch (default: python3)
-#   BUDGET_S       seconds for stages 2-4 together (default 420); each step is
+#   BUDGET_S       seconds for stages 2-6 together (default 540: under a device command's 600); each step is
 #                  also bounded by its own timeout
 #   ROUNDS         interleaved dp/torch rounds per model (default 3; medians reported)
 #   COMPILE        1: also torch.compile + autocast in stage 6 (a minute or more of compiling)
@@ -43,7 +43,7 @@ set -o pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-420}
+BUDGET_S=${BUDGET_S:-540}
 ROUNDS=${ROUNDS:-3}
 MLP_STEPS=${MLP_STEPS:-500}
 CNN_STEPS=${CNN_STEPS:-100}

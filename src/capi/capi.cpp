@@ -42,7 +42,7 @@ static void copy_shape(const dp::Shape& s, int* ndim, int64_t shape[DP_MAX_DIMS]
 }
 
 // Checks a (dtype, ndim, shape) triple from the caller.
-static dp::Shape tensor_shape_arg(const char* fn, dp_dtype dtype, int ndim, const int64_t* shape) {
+static dp::Shape tensor_shape_arg(const char* fn, int dtype, int ndim, const int64_t* shape) {
   std::string f = fn;
   if (dtype != DP_F32 && dtype != DP_I64) fail(DP_ERR_INVALID_ARGUMENT, f + ": dtype must be DP_F32 or DP_I64");
   if (ndim < 0 || ndim > DP_MAX_DIMS)
@@ -63,7 +63,7 @@ const char* dp_last_error(void) { return dp::g_last_error.c_str(); }
 const char* dp_version(void) { return "0.1.0"; }
 
 const char* dp_status_name(dp_status s) {
-  switch (s) {
+  switch (dp::c_enum(s)) {
     case DP_OK: return "DP_OK";
     case DP_ERR_INVALID_ARGUMENT: return "DP_ERR_INVALID_ARGUMENT";
     case DP_ERR_JSON: return "DP_ERR_JSON";
@@ -94,7 +94,8 @@ void dp_context_destroy(dp_context* ctx) { delete ctx; }
 dp_status dp_context_set_option(dp_context* ctx, dp_context_option option, int64_t value) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx, "ctx is NULL");
-  switch (option) {
+  const int opt = dp::c_enum(option);
+  switch (opt) {
     case DP_CONTEXT_MEMORY_LIMIT:
       DP_CHECK_ARG(value >= 0, "DP_CONTEXT_MEMORY_LIMIT takes bytes >= 0 (0: the machine's available memory), got " +
                                    std::to_string(value));
@@ -105,7 +106,7 @@ dp_status dp_context_set_option(dp_context* ctx, dp_context_option option, int64
       ctx->allow_model_plugins = value == 1;
       break;
     default:
-      fail(DP_ERR_INVALID_ARGUMENT, "dp_context_set_option: unknown option " + std::to_string(static_cast<int>(option)));
+      fail(DP_ERR_INVALID_ARGUMENT, "dp_context_set_option: unknown option " + std::to_string(opt));
   }
   DP_GUARD_END
 }
@@ -244,7 +245,7 @@ dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data,
                               dp_tensor** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
-  dp::Shape s = tensor_shape_arg("dp_tensor_from_host", dtype, ndim, shape);
+  dp::Shape s = tensor_shape_arg("dp_tensor_from_host", dp::c_enum(dtype), ndim, shape);
   DP_CHECK_ARG(data || s.numel() == 0, "data is NULL");
   auto t = std::make_unique<dp_tensor>();
   t->t.resize(dtype, s);
@@ -256,7 +257,7 @@ dp_status dp_tensor_from_host(dp_context* ctx, dp_dtype dtype, const void* data,
 dp_status dp_tensor_create(dp_context* ctx, dp_dtype dtype, int ndim, const int64_t* shape, dp_tensor** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
-  dp::Shape s = tensor_shape_arg("dp_tensor_create", dtype, ndim, shape);
+  dp::Shape s = tensor_shape_arg("dp_tensor_create", dp::c_enum(dtype), ndim, shape);
   auto t = std::make_unique<dp_tensor>();
   t->t.resize(dtype, s);
   t->t.zero();
@@ -304,7 +305,7 @@ dp_status dp_tensor_from_host_borrowed(dp_context* ctx, dp_dtype dtype, void* da
                                        dp_release_fn release, void* user, dp_tensor** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx && out, "ctx and out must not be NULL");
-  dp::Shape s = tensor_shape_arg("dp_tensor_from_host_borrowed", dtype, ndim, shape);
+  dp::Shape s = tensor_shape_arg("dp_tensor_from_host_borrowed", dp::c_enum(dtype), ndim, shape);
   DP_CHECK_ARG(data, "data is NULL (a borrowed tensor needs an address, even with no elements)");
   DP_CHECK_ARG(reinterpret_cast<uintptr_t>(data) % dp::dtype_size(dtype) == 0,
                std::string("data is not aligned to the size of ") + dp::dtype_name(dtype) + " (" +
@@ -398,7 +399,8 @@ dp_status dp_group_num_devices(const dp_group* g, int* count) {
 dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g, "g is NULL");
-  switch (option) {
+  const int opt = dp::c_enum(option);
+  switch (opt) {
     case DP_GROUP_SPLIT:
       DP_CHECK_ARG(value == DP_SPLIT_CHUNK || value == DP_SPLIT_BALANCED, "DP_GROUP_SPLIT takes DP_SPLIT_CHUNK or DP_SPLIT_BALANCED");
       g->group->set_split(static_cast<dp::SplitMode>(value));
@@ -421,7 +423,7 @@ dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value
       g->group->set_precision(static_cast<int>(value));
       break;
     default:
-      fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(static_cast<int>(option)));
+      fail(DP_ERR_INVALID_ARGUMENT, "dp_group_set_option: unknown option " + std::to_string(opt));
   }
   DP_GUARD_END
 }

@@ -28,7 +28,7 @@ dp::Shape shape_arg(const char* fn, const char* what, int ndim, const int64_t* s
 }
 
 // Targets: int64 class indices of shape [], or float32 of any fixed shape.
-dp::Shape target_arg(const char* fn, dp_dtype dtype, int ndim, const int64_t* shape) {
+dp::Shape target_arg(const char* fn, int dtype, int ndim, const int64_t* shape) {
   if (dtype != DP_F32 && dtype != DP_I64)
     fail(DP_ERR_INVALID_ARGUMENT, std::string(fn) + ": target_dtype must be DP_F32 or DP_I64");
   if (dtype == DP_I64 && ndim != 0)
@@ -77,7 +77,7 @@ dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, int ndim,
   DP_CHECK_ARG(count >= 0, "count must be >= 0, got " + std::to_string(count));
   DP_CHECK_ARG(borrow == 0 || borrow == 1, "borrow must be 0 or 1, got " + std::to_string(borrow));
   dp::Shape s = shape_arg(__func__, "sample", ndim, sample_shape);
-  dp::Shape t = target_arg(__func__, target_dtype, target_ndim, target_shape);
+  dp::Shape t = target_arg(__func__, dp::c_enum(target_dtype), target_ndim, target_shape);
   int64_t input_floats = 0, target_elems = 0;
   DP_CHECK_ARG(!__builtin_mul_overflow(count, s.numel(), &input_floats) &&
                    !__builtin_mul_overflow(count, t.numel(), &target_elems),
@@ -103,7 +103,7 @@ dp_status dp_dataset_from_callbacks(dp_context* ctx, const dp_dataset_callbacks*
   DP_CHECK_ARG(cb.get_item, "callbacks->get_item is NULL");
   DP_CHECK_ARG(cb.length >= 0, "callbacks->length must be >= 0, got " + std::to_string(cb.length));
   dp::Shape s = shape_arg(__func__, "sample", ndim, sample_shape);
-  dp::Shape t = target_arg(__func__, target_dtype, target_ndim, target_shape);
+  dp::Shape t = target_arg(__func__, dp::c_enum(target_dtype), target_ndim, target_shape);
   // From here the dataset owns cb.user (release runs when it is destroyed).
   *out = new_dataset(dp::make_callback_dataset(cb, s, target_dtype, t));
   DP_GUARD_END

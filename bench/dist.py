@@ -7,7 +7,12 @@ and waiting on them (dp_group_comm_seconds). Then Gloo's all-reduce beside
 memcpy (build/bench/dist_allreduce). Prints the machine (CPU, cores,
 OpenBLAS kernel) first: ratios are only comparable on one machine.
 
-    bench/dist.py [--build build] [--rounds 3] [--steps 40]
+    bench/dist.py [--build build] [--rounds 3] [--steps 40] [--models MLP,CNN]
+                  [--variant NAME:VAR=VALUE,...]...
+
+Each --variant runs the 2 processes again with those environment variables
+(DP_BUCKET_MB, DP_SPLIT_LAYERS, ...), beside a 1-process run of its own in the
+same round: settings compared side by side in one run.
 """
 import argparse
 import ctypes
@@ -60,11 +65,12 @@ def bench_one(dp_exe, model, batch, steps):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def bench_two(dp_exe, model, batch, steps):
+def bench_two(dp_exe, model, batch, steps, extra_env):
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                   **extra_env)
         procs.append(subprocess.Popen([dp_exe, 'bench', model, '--devices', 'cpu:0', '--batch-size', str(batch),
                                        '--steps', str(steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, cwd=ROOT, env=env))
@@ -74,34 +80,53 @@ def bench_two(dp_exe, model, batch, steps):
     return json.loads(outs[0][0].strip().splitlines()[-1])
 
 
+def variant(text):
+    name, _, assignments = text.partition(':')
+    env = dict(a.split('=', 1) for a in assignments.split(',') if a)
+    return name, env
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--steps', type=int, default=40)
+    ap.add_argument('--models', default=','.join(m[0] for m in MODELS))
+    ap.add_argument('--variant', type=variant, action='append', default=[])
     args = ap.parse_args()
+    variants = [('', {})] + args.variant
     dp_exe = os.path.join(args.build, 'src', 'cli', 'dp')
     print(f'machine: {machine(dp_exe)}')
     print(f'{args.rounds} interleaved rounds of {args.steps} steps; medians\n')
-    print('| model | batch | 1 process × 2 devices | 2 processes × 1 device | ratio | in collectives | waiting on them |')
+    print('| model | batch | 1 process × 2 devices | 2 processes × 1 device | ratio (range) | in collectives | waiting on them |')
     print('|---|---:|---:|---:|---:|---:|---:|')
     for name, model, batch in MODELS:
-        one, two, busy, wait = [], [], [], []
+        if name not in args.models.split(','):
+            continue
+        runs = {v: ([], [], [], []) for v, _ in variants}  # one, two, busy, wait
         for k in range(args.rounds):
-            order = [0, 1] if k % 2 == 0 else [1, 0]
-            for which in order:
-                if which == 0:
-                    one.append(bench_one(dp_exe, model, batch, args.steps)['samples_per_second'])
-                else:
-                    r = bench_two(dp_exe, model, batch, args.steps)
-                    two.append(r['samples_per_second'])
-                    busy.append(r['comm_busy_fraction'])
-                    wait.append(r['comm_wait_fraction'])
-        a, b = statistics.median(one), statistics.median(two)
-        print(f'| {name} | {batch} | {a:,.0f} | {b:,.0f} | **{b / a:.2f}×** | {statistics.median(busy):.0%} | '
-              f'{statistics.median(wait):.0%} |')
-    print('\n(samples/s; "in collectives": the share of a process\'s step time inside Gloo all-reduces; "waiting":'
-          ' the share it waited for them after its own backward had finished)\n')
+            for v, env in variants:
+                one, two, busy, wait = runs[v]
+                for which in ([0, 1] if k % 2 == 0 else [1, 0]):
+                    if which == 0:
+                        one.append(bench_one(dp_exe, model, batch, args.steps)['samples_per_second'])
+                    else:
+                        r = bench_two(dp_exe, model, batch, args.steps, env)
+                        two.append(r['samples_per_second'])
+                        busy.append(r['comm_busy_fraction'])
+                        wait.append(r['comm_wait_fraction'])
+        for v, env in variants:
+            one, two, busy, wait = runs[v]
+            # The ratio of each round's pair (run back to back), then their median: the
+            # machine's speed drifts between rounds more than within one.
+            ratios = sorted(t / o for o, t in zip(one, two))
+            a, b = statistics.median(one), statistics.median(two)
+            label = name + (f' ({v}: {" ".join(f"{x}={y}" for x, y in env.items())})' if v else '')
+            print(f'| {label} | {batch} | {a:,.0f} | {b:,.0f} | **{statistics.median(ratios):.2f}×** '
+                  f'({ratios[0]:.2f}–{ratios[-1]:.2f}) | {statistics.median(busy):.0%} | {statistics.median(wait):.0%} |')
+    print('\n(samples/s, medians; ratio: the median of the rounds\' ratios, each of two runs back to back, and their'
+          ' range; "in collectives": the share of a process\'s step time inside Gloo all-reduces; "waiting": the'
+          ' share it waited for them after its own backward had finished)\n')
     allreduce = os.path.join(args.build, 'bench', 'dist_allreduce')
     if os.path.exists(allreduce):
         sys.stdout.flush()

@@ -148,12 +148,15 @@ class CpuEngine final : public Engine {
 
   void set_processes(Communicator* procs, int rank, int first, int global) override {
     Engine::set_processes(procs, rank, first, global);
-    // Fewer, larger buckets than between threads: each costs a round trip
-    // over the network.
     // Buckets inside large layers (DP_SPLIT_LAYERS=0: not): a large first
-    // layer's all-reduce starts while the rest of it is computed.
+    // layer's all-reduce starts while the rest of it is computed. Buckets of
+    // 0.25 MiB, as between threads: with 1 MiB the Fashion-MNIST MLP's
+    // gradient (0.9 MiB) was one bucket, all-reduced only after backward;
+    // with 0.25 MiB two of its three overlap the first layer's backward (2
+    // processes against 2 threads: 0.85x -> 0.91x, and 0.68x -> 0.81x with a
+    // faster sgemm; bench/RESULTS.md, run 5).
     split_layers_ = split_env() != 0;
-    set_bucket_mb(1, split_layers_);
+    set_bucket_mb(0.25, split_layers_);
     ready_.assign(buckets_.size(), 0);
     stage_ = std::thread(&CpuEngine::stage_main, this);
   }

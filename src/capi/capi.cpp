@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "core/blas.h"
 #include "engine/devices.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
@@ -372,7 +373,7 @@ dp_status dp_device_name(const char* kind, int index, const char** name) {
   DP_CHECK_ARG(dp_device_count(kind, &n, nullptr) == DP_OK, "dp_device_name: unknown kind \"" + k + "\" (known: cpu, cuda)");
   if (index < 0 || index >= n)
     fail(DP_ERR_DEVICE, "no device " + k + ":" + std::to_string(index) + " (" + std::to_string(n) + " " + k + " device(s))");
-  text = k == "cpu" ? "CPU core " + std::to_string(index) : dp::cuda_device_name(index);
+  text = k == "cpu" ? "CPU core " + std::to_string(index) + " of " + dp::cpu_description() : dp::cuda_device_name(index);
   *name = text.c_str();
   DP_GUARD_END
 }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -174,6 +175,17 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
   return c + " \u00b7 " + std::to_string(o.epochs) + " epoch" + (o.epochs == 1 ? "" : "s");
 }
 
+// On CPUs, a note when OpenBLAS runs a kernel that uses less of the CPU than
+// it has (dp_device_name then names the OPENBLAS_CORETYPE that would). Not
+// set for the user: a kernel sums in its own order, and results would then
+// differ bitwise from the same run made through the library.
+static void note_blas_kernel(const std::string& devices) {
+  const char* cpu = nullptr;
+  if (on_gpus(devices) || dp_device_name("cpu", 0, &cpu) != DP_OK || !std::strstr(cpu, "OPENBLAS_CORETYPE")) return;
+  const char* of = std::strstr(cpu, " of ");
+  std::fprintf(stderr, "dp: note: the CPU devices run on %s (README, \"CPU speed\")\n", of ? of + 4 : cpu);
+}
+
 static int train(const TrainOptions& o) {
   // Installed first: a Ctrl-C while the data loads must still stop cleanly.
   std::signal(SIGINT, on_sigint);
@@ -231,6 +243,7 @@ static int train(const TrainOptions& o) {
                  (long long)o.batch_size,
                  o.accumulate > 1 ? (", " + std::to_string(o.accumulate) + " accumulated per step").c_str() : "",
                  (long long)batches);
+  if (lead) note_blas_kernel(devices);
 
   // --accumulate K: each optimizer step takes K batches (the epoch's last
   // step what is left), each batch's loss scaled by its share of the step's
@@ -467,6 +480,8 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   dp_process_group* pg = launch.pg.get();
   if (pg) g_rank = rank;
   Group group = make_group(model.get(), resolve_devices(devices, launch.local_processes, launch.local_rank), threads, pg);
+  if (rank == 0) note_blas_kernel(devices);
+
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
@@ -519,6 +534,9 @@ static int plugins(const std::vector<std::string>& paths) {
 static int devices() {
   unsigned n = std::thread::hardware_concurrency();
   std::printf("cpu: %u device(s), cpu:0 ... cpu:%u (one per core; a device list may name more)\n", n, n ? n - 1 : 0);
+  const char* cpu = nullptr;
+  check(dp_device_name("cpu", 0, &cpu), "devices");
+  std::printf("cpu:0: %s\n", cpu);
   int gpus = 0;
   const char* why = "";
   check(dp_device_count("cuda", &gpus, &why), "devices");

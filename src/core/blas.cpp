@@ -2,6 +2,11 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+
 namespace dp {
 
 // OpenBLAS's own threads would compete with dp's device threads, and its
@@ -39,6 +44,64 @@ void gemm(Workers* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, floa
       gemm1(ta, tb, M, e - b, K, alpha, A, lda, tb ? B + b * ldb : B + b, ldb, beta, C + b, ldc);
     });
   }
+}
+
+// Vector extensions, as levels: 0 none that matters, 1 AVX, 2 AVX2 + FMA,
+// 3 AVX-512 (F, BW, VL, DQ: what OpenBLAS's SkylakeX kernel needs).
+static int kernel_level(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* k : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (name == k) return 3;
+  for (const char* k : {"haswell", "zen", "excavator"})
+    if (name == k) return 2;
+  for (const char* k : {"sandybridge", "bulldozer", "piledriver", "steamroller"})
+    if (name == k) return 1;
+  return 0;
+}
+
+// The best level this CPU and OS give, and the OpenBLAS kernel for it.
+static int cpu_level(const char** kernel) {
+  *kernel = "";
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq")) {
+    *kernel = "SkylakeX";
+    return 3;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    *kernel = __builtin_cpu_is("amd") ? "Zen" : "Haswell";
+    return 2;
+  }
+  if (__builtin_cpu_supports("avx")) {
+    *kernel = "Sandybridge";
+    return 1;
+  }
+#endif
+  return 0;
+}
+
+std::string cpu_description() {
+  std::string model;
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; model.empty() && std::getline(info, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 1);
+      model.erase(0, model.find_first_not_of(" \t"));
+    }
+  const std::string kernel = openblas_get_corename();
+  const char* better = "";
+  const int level = cpu_level(&better);
+  return (model.empty() ? std::string("CPU") : model) + ", OpenBLAS kernel " + kernel +
+         blas_kernel_advice(kernel, level, better, std::getenv("OPENBLAS_CORETYPE"));
+}
+
+std::string blas_kernel_advice(const std::string& kernel, int cpu_level, const std::string& cpu_kernel,
+                               const char* coretype) {
+  if ((coretype && *coretype) || cpu_level <= kernel_level(kernel) || cpu_kernel.empty()) return "";
+  return std::string(". This CPU has ") + (cpu_level == 3 ? "AVX-512" : cpu_level == 2 ? "AVX2" : "AVX") +
+         ", which OpenBLAS's kernel does not use (it did not recognise the CPU): run with OPENBLAS_CORETYPE=" + cpu_kernel +
+         " to use it";
 }
 
 }  // namespace dp

@@ -389,17 +389,23 @@ DP_API dp_status dp_optimizer_grad_norm(const dp_optimizer* opt, double* norm);
  * unscaled gradients are clipped (PyTorch's unscale_, clip_grad_norm_,
  * step); dp_optimizer_grad_norm of a skipped step is inf or NaN. A NaN or
  * infinite loss stays an error (DP_ERR_NUMERIC, nothing changes, the scaler
- * included: the loss is computed unscaled, so no scale would help). A
- * learning-rate schedule counts skipped steps as steps (as PyTorch's
- * scheduler.step() runs every iteration). While the scale is a power of two
- * (the defaults) and nothing overflows, float32 training with the scaler
- * gives bitwise the parameters of training without it.
+ * included: the loss is computed unscaled, so no scale would help); so is,
+ * with clipping on, a norm that is finite while scaled but not once unscaled
+ * (a scale below 1: the true gradients overflow float32; PyTorch would step
+ * with NaN), and a scale backed off below 2^-127, whose inverse overflows
+ * float32 (at the step after that skip). A learning-rate schedule counts
+ * skipped steps as steps (as PyTorch's scheduler.step() runs every
+ * iteration). While the scale is a power of two (the defaults) and nothing
+ * overflows or falls into float32's subnormal range, float32 training with
+ * the scaler gives bitwise the parameters of training without it.
  * dp_optimizer_step unscales, checks and skips alike, and expects the
  * gradients to be scaled already: pass loss_scale times the scale to
  * dp_group_forward_backward (PyTorch's scaler.scale(loss)), or a grad_output
  * multiplied by it to dp_group_backward. Setting it starts the scale at
  * init_scale (call it before dp_checkpoint_load, which restores the state:
- * scale, growth tracker, skipped steps). DP_ERR_JSON / DP_ERR_MODEL (naming
+ * scale, growth tracker, skipped steps; the settings stay these, and a
+ * tracker saved under a longer growth_interval is cut to this one's less
+ * one, so the scale grows at the next clean step). DP_ERR_JSON / DP_ERR_MODEL (naming
  * the key) for bad settings, which leave the optimizer as it was. In a
  * process group every process must call it alike (checked:
  * DP_ERR_INVALID_ARGUMENT). */

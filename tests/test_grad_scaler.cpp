@@ -298,6 +298,65 @@ TEST_CASE("a NaN loss stays an error and changes nothing, the scaler included; a
   for (dp_tensor* t : {x, y, x2, out, gout}) dp_tensor_destroy(t);
 }
 
+TEST_CASE("finite scaled gradients that overflow once unscaled (a scale below 1): an error, nothing changes") {
+  // PyTorch checks only the scaled gradients, so its step would go on with the
+  // NaN that clip_grad_norm_ makes of the inf; dp refuses, as it does for an
+  // infinite norm without the scaler: no scale mends a true gradient over float32.
+  Handles h(kMlp, "cpu:0,cpu:1", kSgd);
+  DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(h.opt, R"({"init_scale": 0.25})"));
+  DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(h.opt, 1.0));
+  DP_REQUIRE_OK(train(h, 0));  // a step taken: scale 0.25, tracker 1
+  const State s = state_of(h.opt);
+  CHECK(s == State{0.25, 1, 0});
+  const std::vector<float> p = params_of(h.model);
+  const Batch b = make_batch(0, 8);
+  dp_tensor* x = make_f32(h.ctx, b.x, {8, 6});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_zero_grad(h.group));
+  DP_REQUIRE_OK(dp_group_forward(h.group, x, &out));
+  std::vector<float> go(8 * 5, 0.0f);
+  go[2] = 2e38f;  // the output's gradient, as scaled: finite; times 4, not
+  dp_tensor* gout = make_f32(h.ctx, go, {8, 5});
+  DP_REQUIRE_OK(dp_group_backward(h.group, gout));
+  const std::vector<float> g = h.grads();
+  bool finite = true;
+  for (float v : g) finite = finite && std::isfinite(v);
+  REQUIRE(finite);
+  CHECK(dp_optimizer_step(h.opt) == DP_ERR_NUMERIC);
+  CHECK(std::string(dp_last_error()).find("overflow float32") != std::string::npos);
+  CHECK(std::isinf(norm_of(h.opt)));
+  CHECK(params_of(h.model) == p);
+  CHECK(state_of(h.opt) == s);  // not a skip: the scaler is as it was
+  // The optimizer goes on: the next step is taken.
+  DP_REQUIRE_OK(dp_group_zero_grad(h.group));
+  DP_REQUIRE_OK(train(h, 1));
+  CHECK(state_of(h.opt) == State{0.25, 2, 0});
+  CHECK(params_of(h.model) != p);
+  for (dp_tensor* t : {x, out, gout}) dp_tensor_destroy(t);
+}
+
+TEST_CASE("a scale whose inverse overflows float32: an error naming it, nothing changes, set_grad_scaler mends it") {
+  // 1e-39 is a float32 (subnormal) > 0, so the setting is accepted; 1/1e-39
+  // is not a float32, so no gradient can be unscaled: the step is refused.
+  for (double clip : {0.0, 1.0}) {
+    CAPTURE(clip);
+    Handles h(kMlp, "cpu:0,cpu:1", kSgd);
+    DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(h.opt, R"({"init_scale": 1e-39})"));
+    if (clip > 0) DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(h.opt, clip));
+    const State s = state_of(h.opt);
+    const std::vector<float> p = params_of(h.model);
+    CHECK(train(h, 0) == DP_ERR_NUMERIC);
+    CHECK(std::string(dp_last_error()).find("inverse overflows float32") != std::string::npos);
+    CHECK(params_of(h.model) == p);
+    CHECK(state_of(h.opt) == s);
+    DP_REQUIRE_OK(dp_group_zero_grad(h.group));
+    DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(h.opt, "{}"));
+    DP_REQUIRE_OK(train(h, 0));
+    CHECK(state_of(h.opt) == State{65536.0, 1, 0});
+    CHECK(params_of(h.model) != p);
+  }
+}
+
 TEST_CASE("grad scaler settings: PyTorch's defaults, off, bad values named, nothing changed on failure") {
   Handles h(kMlp, "cpu:0", kSgd);
   CHECK(state_of(h.opt) == State{1.0, 0, 0});
@@ -475,5 +534,44 @@ TEST_CASE("checkpoints hold the grad scaler's state: a resumed run is bitwise th
   }
   std::remove(path.c_str());
   std::remove(plain_path.c_str());
+  std::remove(bad_path.c_str());
+}
+
+// The state is read against this optimizer's settings: a tracker counted
+// against a longer growth_interval is cut to this one's (the next clean step
+// grows the scale; PyTorch's tracker would never reach a shorter interval);
+// a scale of 0 (a damaged file: no run reaches it) is refused.
+TEST_CASE("a checkpoint's scaler state against this optimizer's settings: the tracker cut, a scale of 0 refused") {
+  const std::string path = temp_path("interval.ckpt"), bad_path = temp_path("zero.ckpt");
+  Handles saved(kMlp, "cpu:0", kSgd);
+  DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(saved.opt, "{}"));  // growth_interval 2000
+  for (int step = 0; step < 10; ++step) DP_REQUIRE_OK(train(saved, step));
+  REQUIRE(state_of(saved.opt) == State{65536.0, 10, 0});
+  DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), saved.group, saved.opt, nullptr, nullptr));
+
+  Handles loaded(kMlp, "cpu:0", kSgd);
+  DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(loaded.opt, R"({"growth_interval": 4})"));
+  DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), loaded.group, loaded.opt, nullptr));
+  CHECK(state_of(loaded.opt) == State{65536.0, 3, 0});
+  DP_REQUIRE_OK(train(loaded, 10));
+  CHECK(state_of(loaded.opt) == State{131072.0, 0, 0});
+
+  // A scale of 0, written over the record's scale with the file's length kept.
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = "\\\"scale\\\":";  // \"scale\": inside the metadata's string
+    const size_t at = bytes.find(key + "65536.0");
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at + key.size(), 7, "0.00000");
+    std::ofstream(bad_path, std::ios::binary) << bytes;
+  }
+  const State before = state_of(loaded.opt);
+  const std::vector<float> before_params = params_of(loaded.model);
+  CHECK(dp_checkpoint_load(bad_path.c_str(), loaded.group, loaded.opt, nullptr) == DP_ERR_IO);
+  CHECK(std::string(dp_last_error()).find("'scale' must be a float32 number > 0") != std::string::npos);
+  CHECK(state_of(loaded.opt) == before);
+  CHECK(params_of(loaded.model) == before_params);
+  std::remove(path.c_str());
   std::remove(bad_path.c_str());
 }

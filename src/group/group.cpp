@@ -325,7 +325,7 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
   // Clipping found a non-finite norm: the engine stepped nothing, and zeroed
   // the gradients. (With the grad scaler, an inf/NaN gradient is a skipped
   // step, no error: the gradients are zeroed as well.)
-  opt.check_grad_norm();
+  opt.check_held();
   return loss;
 }
 

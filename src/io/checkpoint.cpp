@@ -173,8 +173,8 @@ ScalerState read_scaler_record(const StFile& f, const std::string& text) {
   ScalerState st;
   const double scale = number("scale").get<double>();
   st.scale = static_cast<float>(scale);
-  if (!(scale >= 0) || !std::isfinite(st.scale) || static_cast<double>(st.scale) != scale)
-    fail(DP_ERR_IO, where + ": 'scale' must be a float32 number >= 0, got " + json_brief(j["scale"]));
+  if (!(scale > 0) || !std::isfinite(st.scale) || static_cast<double>(st.scale) != scale)
+    fail(DP_ERR_IO, where + ": 'scale' must be a float32 number > 0, got " + json_brief(j["scale"]));
   st.growth_tracker = count("_growth_tracker");
   st.skipped_steps = count("skipped_steps");
   return st;
@@ -326,7 +326,10 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   if (opt) {
     opt->steps = opt_steps;
     opt->scaler.scale = scaler.scale;
-    opt->scaler.growth_tracker = scaler.growth_tracker;
+    // Steps in a row without inf/NaN, counted against the saving run's
+    // growth_interval: against a shorter one here, the scale grows at the
+    // next such step (a tracker at or past the interval would never reach it).
+    opt->scaler.growth_tracker = std::min(scaler.growth_tracker, opt->scaler.growth_interval - 1);
     opt->skipped_steps = scaler.skipped_steps;
     ++opt->host_version;
   }

@@ -13,7 +13,10 @@
 // the grad scaler's scale, _growth_tracker and skipped_steps, with its
 // settings; while one is on or has skipped steps), plus the caller's keys.
 // A checkpoint without grad_scaler loads as one of a run without skipped
-// steps: an optimizer's grad scaler starts afresh, at its init_scale.
+// steps: an optimizer's grad scaler starts afresh, at its init_scale. The
+// scaler's settings are the loading optimizer's own (as its learning rate
+// is); a growth tracker saved under a longer growth_interval is cut to this
+// one's, less one (the scale grows at the next step without inf/NaN).
 //
 // Loading validates the whole file against the model first and changes
 // nothing unless all of it fits. Errors: DP_ERR_IO for a file that is

@@ -32,10 +32,23 @@ float Optimizer::clip_coef(double norm) const {
   return coef < 1.0f ? coef : 1.0f;
 }
 
-void Optimizer::check_grad_norm() const {
-  if (clips() && !scaler.enabled && !std::isfinite(grad_norm))
-    fail(DP_ERR_NUMERIC, "the gradient norm is " + std::string(std::isnan(grad_norm) ? "NaN" : "infinite") +
-                             " (clip_grad_norm); no step was taken, the parameters are unchanged");
+void Optimizer::check_held() const {
+  if (scaler.enabled && !scaler_skipped_ && !std::isfinite(scaler.inv_scale()))
+    fail(DP_ERR_NUMERIC, "the grad scaler's scale has backed off to " + std::to_string(scaler.scale) +
+                             ", whose inverse overflows float32 (" + std::to_string(skipped_steps) +
+                             " steps skipped: the gradients were inf or NaN at every scale); no step was taken, the "
+                             "parameters are unchanged (dp_optimizer_set_grad_scaler starts the scale again)");
+  if (!clips() || std::isfinite(grad_norm) || (scaler.enabled && scaler_skipped_)) return;
+  // With the scaler on, the scaled gradients were finite but not the unscaled
+  // ones (a scale below 1): the true gradients overflow float32, which no
+  // scale mends, so it is an error as without the scaler (PyTorch would step
+  // with the NaN that clipping an inf makes).
+  fail(DP_ERR_NUMERIC, "the gradient norm is " + std::string(std::isnan(grad_norm) ? "NaN" : "infinite") +
+                           " (clip_grad_norm)" +
+                           (scaler.enabled ? " after unscaling finite gradients by the grad scaler's 1/" +
+                                                 std::to_string(scaler.scale) + ": the gradients overflow float32"
+                                           : std::string()) +
+                           "; no step was taken, the parameters are unchanged");
 }
 
 bool Optimizer::set_grad_norm(double sum_squares) {
@@ -43,10 +56,17 @@ bool Optimizer::set_grad_norm(double sum_squares) {
   return std::isfinite(grad_norm);
 }
 
+bool Optimizer::scale_usable() {
+  if (std::isfinite(scaler.inv_scale())) return true;
+  scaler_skipped_ = false;  // held, not skipped: check_held() fails the step
+  return false;
+}
+
 bool Optimizer::check_scaled(double sum_squares) {
   // A float's square is at most 1.2e77 in double, so the sum of finite
   // gradients' squares is finite: it is not iff some gradient is inf or NaN.
-  if (std::isfinite(sum_squares)) return true;
+  scaler_skipped_ = !std::isfinite(sum_squares);
+  if (!scaler_skipped_) return true;
   if (clips()) grad_norm = std::sqrt(sum_squares);  // what clip_grad_norm_ would return: inf or NaN
   scaler.update(true);
   ++skipped_steps;
@@ -57,6 +77,7 @@ bool Optimizer::prepare(float* grads, int64_t n, Workers* pool) {
   if (!defers()) return true;
   const bool unscale = scaler.enabled, norm = clips();
   const float inv = scaler.inv_scale();
+  if (unscale && !scale_usable()) return false;
   const int64_t chunks = (n + kGrain - 1) / kGrain;
   if (static_cast<int64_t>(chunk_sums_.size()) != 2 * chunks) chunk_sums_.assign(static_cast<size_t>(2 * chunks), 0.0);
   double* scaled_sums = chunk_sums_.data();

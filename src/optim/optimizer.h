@@ -70,7 +70,7 @@ class Optimizer {
   // backs off, skipped_steps grows, and it returns false. Then, with
   // clips(): grad_norm = the norm, the gradients clipped if need be, or
   // false (nothing clipped) when the norm is not finite (without the
-  // scaler: an error, check_grad_norm()). Norms are summed in double over
+  // scaler: an error, check_held()). Norms are summed in double over
   // fixed chunks, in order, so every pool (and every split of the batch)
   // sums the same way.
   bool prepare(float* grads, int64_t n, Workers* pool);
@@ -83,10 +83,16 @@ class Optimizer {
   // gradients. Not finite (some gradient is inf or NaN): the step is
   // skipped (as prepare() does) and it returns false.
   bool check_scaled(double sum_squares);
-  // After a prepare() that returned false without the scaler: throws
-  // DP_ERR_NUMERIC naming the norm. (With the scaler, a skipped step is no
-  // error.)
-  void check_grad_norm() const;
+  // For those with the scaler on, first: whether its scale can unscale (its
+  // inverse is a finite float32); if not, the step is held, an error.
+  bool scale_usable();
+  // After a prepare() that returned false (the step held): throws
+  // DP_ERR_NUMERIC naming why, unless the scaler skipped the step (no
+  // error): the norm was not finite (also when it became so only once
+  // unscaled, by a scale below 1), or the scaler's scale has backed off so
+  // far (below 2^-127) that its inverse overflows float32, which prepare()
+  // refuses to multiply the gradients by (PyTorch would, into NaN).
+  void check_held() const;
 
   // The state a checkpoint must hold, by name, in PyTorch's state_dict terms:
   // sgd "momentum_buffer" (with momentum), adam/adamw "exp_avg", "exp_avg_sq";
@@ -112,6 +118,7 @@ class Optimizer {
   // prepare(): per chunk of kGrain gradients, the squares of the scaled and
   // of the unscaled gradients; sized once.
   std::vector<double> chunk_sums_;
+  bool scaler_skipped_ = false;  // the last check_scaled() skipped its step
 };
 
 }  // namespace dp

@@ -195,7 +195,7 @@ class CpuEngine final : public Engine {
 
   void optimizer_step(Optimizer& opt) override {
     if (!opt.step(model_.mutable_params().data(), model_.mutable_grads().data(), model_.num_params(), &threads_))
-      opt.check_grad_norm();
+      opt.check_held();
   }
 
  protected:

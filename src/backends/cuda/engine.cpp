@@ -52,7 +52,7 @@ class CudaEngine final : public Engine, public DeviceCopy {
   void zero_grad() override;
   void optimizer_step(Optimizer& opt) override {
     apply(&opt, false);
-    opt.check_grad_norm();
+    opt.check_held();
   }
   void optimizer_to_host(Optimizer& opt) override;
   void set_allow_tf32(bool allow) override {
@@ -458,6 +458,7 @@ bool CudaEngine::prepare_grads(Optimizer& opt, bool with_step_sum) {
       changed();
     return false;
   };
+  if (opt.scaler.enabled && !opt.scale_usable()) return hold();  // an error: check_held()
   if (opt.scaler.enabled) {
     const double scaled = sum_squares();
     const float inv = opt.scaler.inv_scale();  // before check_scaled() backs the scale off

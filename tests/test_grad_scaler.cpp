@@ -346,7 +346,10 @@ TEST_CASE("a scale whose inverse overflows float32: an error naming it, nothing 
     const State s = state_of(h.opt);
     const std::vector<float> p = params_of(h.model);
     CHECK(train(h, 0) == DP_ERR_NUMERIC);
-    CHECK(std::string(dp_last_error()).find("inverse overflows float32") != std::string::npos);
+    const std::string why = dp_last_error();
+    CHECK(why.find("inverse overflows float32") != std::string::npos);
+    CHECK(why.find("scale is 1.00000022e-39") != std::string::npos);  // 1e-39 as a float32, not "0.000000"
+    CHECK(why.find("skipped steps") == std::string::npos);      // none were
     CHECK(params_of(h.model) == p);
     CHECK(state_of(h.opt) == s);
     DP_REQUIRE_OK(dp_group_zero_grad(h.group));

@@ -24,7 +24,7 @@ __global__ void forward_kernel(const float* __restrict__ x, float* __restrict__ 
                                int64_t n) {
   const float b = beta[0];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = x[i] * sigmoid_of(b, x[i]);
+    y[i] = x[i] / (1.f + expf(-b * x[i]));  // as swish.c writes it
 }
 
 // The input's gradient, and each block's part of d loss / d beta (in double,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -32,12 +33,23 @@ float Optimizer::clip_coef(double norm) const {
   return coef < 1.0f ? coef : 1.0f;
 }
 
+namespace {
+std::string float_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+}  // namespace
+
 void Optimizer::check_held() const {
   if (scaler.enabled && !scaler_skipped_ && !std::isfinite(scaler.inv_scale()))
-    fail(DP_ERR_NUMERIC, "the grad scaler's scale has backed off to " + std::to_string(scaler.scale) +
-                             ", whose inverse overflows float32 (" + std::to_string(skipped_steps) +
-                             " steps skipped: the gradients were inf or NaN at every scale); no step was taken, the "
-                             "parameters are unchanged (dp_optimizer_set_grad_scaler starts the scale again)");
+    fail(DP_ERR_NUMERIC, "the grad scaler's scale is " + float_text(scaler.scale) +
+                             ", whose inverse overflows float32" +
+                             (skipped_steps > 0 ? " (backed off by " + std::to_string(skipped_steps) +
+                                                      " skipped steps: the gradients were inf or NaN at every scale)"
+                                                : std::string()) +
+                             "; no step was taken, the parameters are unchanged (dp_optimizer_set_grad_scaler "
+                             "starts the scale again)");
   if (!clips() || std::isfinite(grad_norm) || (scaler.enabled && scaler_skipped_)) return;
   // With the scaler on, the scaled gradients were finite but not the unscaled
   // ones (a scale below 1): the true gradients overflow float32, which no
@@ -46,7 +58,7 @@ void Optimizer::check_held() const {
   fail(DP_ERR_NUMERIC, "the gradient norm is " + std::string(std::isnan(grad_norm) ? "NaN" : "infinite") +
                            " (clip_grad_norm)" +
                            (scaler.enabled ? " after unscaling finite gradients by the grad scaler's 1/" +
-                                                 std::to_string(scaler.scale) + ": the gradients overflow float32"
+                                                 float_text(scaler.scale) + ": the gradients overflow float32"
                                            : std::string()) +
                            "; no step was taken, the parameters are unchanged");
 }

@@ -284,6 +284,10 @@ std::string swish_path() { return built_plugin("DP_TEST_PLUGIN_SWISH", PLUGIN_SW
 std::string cpu_only_plugin_path() {
   return built_plugin("DP_TEST_PLUGIN_RELU", PLUGIN_RELU_FIXTURE, "../plugins/fixture_plugin_relu.so");
 }
+// A relu whose CUDA entries fail, saying what they were given (tests/plugins/fixtures.c).
+std::string failing_cuda_plugin_path() {
+  return built_plugin("DP_TEST_PLUGIN_V2_RELU", FIXTURE_V2_RELU, "../plugins/fixture_v2_relu.so");
+}
 
 }  // namespace
 
@@ -478,6 +482,76 @@ TEST_CASE("the grad scaler on CUDA: bitwise the unscaled run without overflow, a
     }
     CHECK(skipped >= 15);
     CHECK(grown_then_skipped >= 1);
+  }
+}
+
+// A step the scaler must hold with an error, as on the CPU: a scale whose
+// inverse overflows float32 (1e-39), and finite scaled gradients that
+// overflow once unscaled by a scale below 1 (with clipping: their norm).
+TEST_CASE("the grad scaler on CUDA: a scale whose inverse overflows, gradients that overflow once unscaled: errors") {
+  for (int n : {1, 2}) {
+    for (double clip : {0.0, 1.0}) {
+      const std::string where = std::to_string(n) + " replica(s), clip " + std::to_string(clip);
+      progress("grad scaler errors: " + where);
+      CAPTURE(where);
+      Session s(kMlp, cuda_devices(n), kSgd);
+      DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(s.opt, R"({"init_scale": 1e-39})"));
+      if (clip > 0) DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(s.opt, clip));
+      const std::vector<float> p = params_of(s.model);
+      int64_t skipped = -1, tracker = -1;
+      const double scale = scale_of(s.opt, &skipped, &tracker);
+      const dp_status st = s.step(12, 0, nullptr);
+      CHECK_MESSAGE(st == DP_ERR_NUMERIC, last(st));
+      CHECK(std::string(dp_last_error()).find("inverse overflows float32") != std::string::npos);
+      CHECK(params_of(s.model) == p);
+      int64_t skipped2 = -1, tracker2 = -1;
+      CHECK(scale_of(s.opt, &skipped2, &tracker2) == scale);
+      CHECK(skipped2 == skipped);
+      CHECK(tracker2 == tracker);
+      for (float g : grads_of(s.model)) CHECK(g == 0.0f);
+      DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(s.opt, "{}"));
+      DP_REQUIRE_OK(s.step(12, 0, nullptr));
+      CHECK(params_of(s.model) != p);
+    }
+    // Scale 0.25 and an output gradient of 2e38 as scaled: finite on the
+    // device, infinite times 4; with clipping, the norm is infinite. A model
+    // without batch norm, whose backward would spread 2e38 into sums that
+    // overflow while still scaled (a skip, not this error).
+    progress("grad scaler errors: unscaled overflow, " + std::to_string(n) + " replica(s)");
+    const char* small = R"({"seed": 5, "input": {"shape": [6]},
+      "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "linear", "out_features": 5}],
+      "loss": {"type": "cross_entropy"}})";
+    Session s(small, cuda_devices(n), kSgd);
+    DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(s.opt, R"({"init_scale": 0.25})"));
+    DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(s.opt, 1.0));
+    DP_REQUIRE_OK(s.step(12, 0, nullptr));
+    int64_t tracker = -1;
+    REQUIRE(scale_of(s.opt, nullptr, &tracker) == 0.25);
+    REQUIRE(tracker == 1);
+    const std::vector<float> p = params_of(s.model);
+    dp_tensor* x = s.input(8, 1);
+    dp_tensor* out = nullptr;
+    DP_REQUIRE_OK(dp_group_zero_grad(s.group));
+    DP_REQUIRE_OK(dp_group_forward(s.group, x, &out));
+    std::vector<float> go(static_cast<size_t>(8 * kClasses), 0.0f);
+    go[2] = 2e38f;
+    dp_tensor* gout = make_f32(s.ctx, go, {8, kClasses});
+    DP_REQUIRE_OK(dp_group_backward(s.group, gout));
+    bool finite = true;
+    for (float g : grads_of(s.model)) finite = finite && std::isfinite(g);
+    REQUIRE(finite);
+    const dp_status st = dp_optimizer_step(s.opt);
+    CHECK_MESSAGE(st == DP_ERR_NUMERIC, last(st));
+    CHECK(std::string(dp_last_error()).find("overflow float32") != std::string::npos);
+    CHECK(params_of(s.model) == p);
+    int64_t skipped = -1;
+    CHECK(scale_of(s.opt, &skipped, &tracker) == 0.25);
+    CHECK(skipped == 0);
+    CHECK(tracker == 1);
+    DP_REQUIRE_OK(dp_group_zero_grad(s.group));
+    DP_REQUIRE_OK(s.step(12, 2, nullptr));
+    CHECK(params_of(s.model) != p);
+    for (dp_tensor* t : {x, out, gout}) dp_tensor_destroy(t);
   }
 }
 
@@ -719,6 +793,30 @@ TEST_CASE("a plugin layer type without a CUDA implementation: a clear error at g
 // model, on 1, 2 and 3 replicas of cuda:0 against CPU groups of the same size:
 // its CUDA forward and backward (beta's gradient summed on the GPU), the
 // optimizer on its parameter, evaluation.
+// A plugin's CUDA entry that fails: DP_ERR_PLUGIN naming the layer and the
+// plugin's message, which shows what the host gave it (a CUDA device, its
+// ordinal, the replica's stream, device views); nothing changes, the group
+// fails the same way again and is destroyed cleanly.
+TEST_CASE("a plugin's failing CUDA code: its error with the layer, what it was given, nothing changed") {
+  const std::string path = failing_cuda_plugin_path();
+  REQUIRE_MESSAGE(!path.empty(), "fixture_v2_relu.so not found: set DP_TEST_PLUGIN_V2_RELU");
+  progress("a failing plugin CUDA entry");
+  const char* json = R"({"seed": 2, "input": {"shape": [12]}, "layers": [
+    {"type": "linear", "out_features": 8}, {"type": "fixture_v2_relu", "name": "act"},
+    {"type": "linear", "out_features": 5}], "loss": {"type": "cross_entropy"}})";
+  Session s(json, "cuda:0", kSgd, DP_SPLIT_CHUNK, path);
+  const std::vector<float> p = params_of(s.model);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    CAPTURE(attempt);
+    const dp_status st = s.step(4, 0, nullptr);
+    CHECK_MESSAGE(st == DP_ERR_PLUGIN, last(st));
+    const std::string why = dp_last_error();
+    for (const char* part : {"/layers/1", "fixture_v2_relu", "device type 1, index 0, stream set, input on device type 1"})
+      CHECK_MESSAGE(why.find(part) != std::string::npos, "no '" << part << "' in: " << why);
+    CHECK(params_of(s.model) == p);
+  }
+}
+
 TEST_CASE("a plugin layer type with CUDA code (swish) trains on cuda:0 x1, x2, x3 as on the CPU") {
   std::string swish = swish_path();
   if (swish.empty()) {
@@ -779,7 +877,22 @@ TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh gro
     // And a CPU group loads the CUDA group's checkpoint.
     Session c(kMlp, "cpu:0", opt);
     DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), c.group, c.opt, nullptr));
+    // Loaded into an optimizer that has stepped on the GPU, then saved before
+    // its next step: the file holds the loaded state, not the GPU's older one
+    // (the optimizer state is compared through a CPU group's next steps).
+    const fs::path again = path.string() + ".again";
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), a.group, a.opt, nullptr));
+    DP_REQUIRE_OK(dp_checkpoint_save(again.c_str(), a.group, a.opt, nullptr, nullptr));
+    Session d(kMlp, "cpu:0", opt);
+    DP_REQUIRE_OK(dp_checkpoint_load(again.c_str(), d.group, d.opt, nullptr));
+    for (int k = 3; k < 5; ++k) {
+      DP_REQUIRE_OK(c.step(10, k, &la));
+      DP_REQUIRE_OK(d.step(10, k, &lb));
+    }
+    CHECK_MESSAGE(params_of(d.model) == params_of(c.model), "a checkpoint loaded and saved again on cuda:0 lost "
+                                                            "the loaded optimizer state");
     fs::remove(path);
+    fs::remove(again);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -715,8 +716,17 @@ TEST_CASE("cuda linear and conv2d in bf16 and fp16 (DP_GROUP_PRECISION): within 
 TEST_CASE("a plugin layer type's CUDA code (swish, dp_plugin.h version 2) against its CPU code") {
   // The plugin's own CPU forward and backward are the reference, as a
   // built-in's CPU layer is; beta's gradient is summed on the GPU.
-  const char* path = std::getenv("DP_TEST_PLUGIN_SWISH");
-  std::string swish = path ? path : PLUGIN_SWISH;
+  // $DP_TEST_PLUGIN_SWISH, the build's path, or next to this program in a
+  // build tree copied elsewhere (bench/gpu_pack.sh's bundle).
+  std::string swish = PLUGIN_SWISH;
+  if (const char* path = std::getenv("DP_TEST_PLUGIN_SWISH")) {
+    swish = path;
+  } else if (!std::filesystem::exists(swish)) {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) swish = (exe.parent_path() / "../../plugins/swish.so").lexically_normal().string();
+  }
+  REQUIRE_MESSAGE(std::filesystem::exists(swish), swish << " not found: set DP_TEST_PLUGIN_SWISH to the swish plugin");
   Registry types;
   Plugins plugins;
   plugins.load(types, swish, "");

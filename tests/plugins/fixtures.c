@@ -163,8 +163,12 @@ int relu_cuda_backward(const void* instance, const dp_plugin_run* run, const dp_
 #elif defined(FIXTURE_DEVICE_CODE)
 /* The CUDA entries of the device-code fixtures: a CPU group must never call them. */
 static int cuda_not_here(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
-  (void)instance, (void)run, (void)io;
-  return snprintf(err, cap, "the CUDA entry was called on device type %d", (int)run->device_type), 1;
+  (void)instance;
+  /* What it was given, for the GPU test of a failing CUDA entry (cuda_group). */
+  return snprintf(err, cap, "the CUDA entry was called on device type %d, index %d, stream %s, input on device type %d",
+                  (int)run->device_type, (int)run->device_index, run->stream ? "set" : "NULL",
+                  (int)io->inputs[0].device_type),
+         1;
 }
 #define FIXTURE_CUDA_FORWARD cuda_not_here
 #define FIXTURE_CUDA_BACKWARD cuda_not_here

@@ -439,10 +439,12 @@ double CudaEngine::sum_squares() {
 // gradients become zero.
 bool CudaEngine::prepare_grads(Optimizer& opt, bool with_step_sum) {
   const int64_t P = model_.num_params();
+  const bool usable = !opt.scaler.enabled || opt.scale_usable();  // if not, held: check_held() fails the step
   for (Slot& s : slots_) {
     DP_CUDA_CHECK(cudaSetDevice(s.device));
     const float* step = bucketed_ ? rep(s.replicas[0]).graph().grads() : s.step_sum.f32();
-    if (with_step_sum) cuda_update(main_stream(s), s.params.f32(), s.grads.f32(), step, nullptr, nullptr, nullptr, P);
+    if (with_step_sum && usable)
+      cuda_update(main_stream(s), s.params.f32(), s.grads.f32(), step, nullptr, nullptr, nullptr, P);
   }
   auto changed = [&] {
     for (Slot& s : slots_) {
@@ -458,7 +460,7 @@ bool CudaEngine::prepare_grads(Optimizer& opt, bool with_step_sum) {
       changed();
     return false;
   };
-  if (opt.scaler.enabled && !opt.scale_usable()) return hold();  // an error: check_held()
+  if (!usable) return hold();
   if (opt.scaler.enabled) {
     const double scaled = sum_squares();
     const float inv = opt.scaler.inv_scale();  // before check_scaled() backs the scale off
@@ -520,7 +522,9 @@ void CudaEngine::zero_grad() {
 
 void CudaEngine::optimizer_to_host(Optimizer& opt) {
   Slot& s = slots_[0];
-  if (s.opt_id != opt.id) return;  // never stepped here: the host state is current
+  // Never stepped here, or the host state was written since (a checkpoint
+  // loaded, not yet uploaded by a step): the host's is the current state.
+  if (s.opt_id != opt.id || s.opt_version != opt.host_version) return;
   DP_CUDA_CHECK(cudaSetDevice(s.device));
   DP_CUDA_CHECK(cudaStreamSynchronize(main_stream(s)));
   auto state = opt.state();

@@ -11,7 +11,9 @@ CudaExecutor::CudaExecutor(const Model& model, CudaCtx* ctx) : ctx_(ctx) {
     ops_.push_back(make_cuda_op(*n.layer));
     if (!ops_.back())
       fail(DP_ERR_DEVICE, n.layer->path + " ('" + n.layer->name + "', type '" + n.layer->type +
-                              "'): this layer type has no CUDA implementation; run the model on CPU devices");
+                              "'): this layer type has no CUDA implementation; run the model on CPU devices (every "
+                              "built-in type has one: a plugin's type needs CUDA code, dp_plugin_device_impls of plugin "
+                              "host API version 2, docs/plugins.md)");
   }
 }
 

@@ -36,10 +36,26 @@ const Entry kOps[] = {
 class OwnCudaOp final : public CudaOp {
  public:
   explicit OwnCudaOp(const Layer& layer) : layer_(layer) {}
-  void forward(const RunCtx& ctx, LayerIO& io) override { layer_.forward(ctx, io); }
-  void backward(const RunCtx& ctx, LayerIO& io) override { layer_.backward(ctx, io); }
+  void forward(const RunCtx& ctx, LayerIO& io) override {
+    layer_.forward(ctx, io);
+    check_launches("forward");
+  }
+  void backward(const RunCtx& ctx, LayerIO& io) override {
+    layer_.backward(ctx, io);
+    check_launches("backward");
+  }
 
  private:
+  // A launch error the plugin returned 0 after (without cudaGetLastError) is
+  // its own, not the next built-in kernel's: named here with the layer.
+  void check_launches(const char* what) const {
+    const cudaError_t e = cudaPeekAtLastError();
+    if (e == cudaSuccess) return;
+    cudaGetLastError();  // cleared, unless sticky: the group then reports the device unusable
+    fail(DP_ERR_PLUGIN, layer_.path + " ('" + layer_.name + "', plugin type '" + layer_.type + "'): after its CUDA " +
+                            what + ": " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")");
+  }
+
   const Layer& layer_;
 };
 }  // namespace

@@ -17,15 +17,19 @@
 #   6 precision  mixed precision: dp --precision bf16 against PyTorch's autocast variants
 #                (channels_last + cudnn.benchmark; torch.compile with COMPILE=1) on the
 #                ResNet at batch 256 and 1024, the large MLP's bf16 step against a bf16
-#                torch.mm, and (with Fashion-MNIST in <build>/data/fashion-mnist, see
-#                bench/gpu_pack.sh) the CNN trained 5 epochs in fp32 and in bf16
+#                torch.mm
+#   7 accuracy   with Fashion-MNIST in <build>/data/fashion-mnist (DP_PACK_DATA=1
+#                bench/gpu_pack.sh): the CNN trained 5 epochs in fp32 and in bf16 (two
+#                runs of up to 300 s: give it a command of its own, STAGES=7)
 #
 # Environment (all optional):
+#   STAGES         the stages to run after 1, in order (default "2 3 4 5 6"; 7 only when named):
+#                  a 15-minute GPU session runs e.g. STAGES="2 5" first (tests), then "6", then "7"
 #   DP_BUILD       a configured and built dp build directory (skips stage 1)
 #   BUILD_DIR      where stage 1 builds (default: <repo>/build-gpu)
 #   OUT            a directory: logs, results.jsonl and gpu_bench.json are written there
 #   PYTHON         python3 with torch (default: python3)
-#   BUDGET_S       seconds for stages 2-6 together (default 540: under a device command's 600); each step is
+#   BUDGET_S       seconds for the stages after 1 together (default 540: under a device command's 600); each step is
 #                  also bounded by its own timeout
 #   ROUNDS         interleaved dp/torch rounds per model (default 3; medians reported)
 #   COMPILE        1: also torch.compile + autocast in stage 6 (a minute or more of compiling)
@@ -44,6 +48,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-540}
+STAGES=${STAGES:-2 3 4 5 6}
 ROUNDS=${ROUNDS:-3}
 MLP_STEPS=${MLP_STEPS:-500}
 CNN_STEPS=${CNN_STEPS:-100}
@@ -68,7 +73,7 @@ stage() { say ""; say "=== $* ==="; }
 fail() { failures+=("$1"); say "FAIL: $1"; }
 
 # ---------------------------------------------------------------- timing --
-start_s=$(date +%s)  # set again after stage 1: the budget is for stages 2-4
+start_s=$(date +%s)  # set again after stage 1: the budget is for the stages after it
 left() { echo $((BUDGET_S - ($(date +%s) - start_s))); }
 # bounded SECONDS CMD...: runs CMD with a timeout of min(SECONDS, budget left);
 # 124 when it timed out, 125 when no time was left to start it.
@@ -167,6 +172,7 @@ DP="$B/src/cli/dp"
 LIBDP="$B/src/libdp.so"
 [ -f "$B/plugins/swish.so" ] && export DP_TEST_PLUGIN_SWISH="$B/plugins/swish.so"
 [ -f "$B/tests/plugins/fixture_plugin_relu.so" ] && export DP_TEST_PLUGIN_RELU="$B/tests/plugins/fixture_plugin_relu.so"
+[ -f "$B/tests/plugins/fixture_v2_relu.so" ] && export DP_TEST_PLUGIN_V2_RELU="$B/tests/plugins/fixture_v2_relu.so"
 
 # ---------------------------------------------------------- header --------
 stage "machine"
@@ -215,63 +221,7 @@ print(json.dumps({'kind': 'header', 'model': '', 'impl': '', 'round': 0, 'rc': 0
                              'dp': dp, 'host': platform.node()}}))
 EOF
 
-# ---------------------------------------------------------- stage 2 -------
-stage "2 CUDA tests"
-for t in cuda/test_cuda_layers cuda/test_cuda_group dist/test_dist_nccl; do
-  exe="$B/tests/$t"
-  t=${t#*/}
-  log="$LOGS/$t.log"
-  if [ ! -x "$exe" ]; then
-    fail "$t: $exe not built"
-    summary+=("$t: NOT BUILT")
-    continue
-  fi
-  say "--- $t (log: $log)"
-  t0=$(date +%s)
-  bounded 240 "$exe" -nc > "$log" 2>&1
-  rc=$?
-  secs=$(( $(date +%s) - t0 ))
-  # doctest's failures and its closing lines; progress lines only around a crash.
-  grep -E 'TEST CASE:|logged:|THREW|exception|FATAL|SIG|test cases:|assertions:|Status:|SKIP|FAIL|MESSAGE:' "$log" \
-    | grep -v '^cuda_[a-z]*: [^SF]' | cut -c1-400 | head -n 80
-  case $rc in
-    0) verdict="PASS" ;;
-    77) verdict="SKIPPED: $(grep -m1 SKIP "$log")" ;;
-    124|137) verdict="TIMED OUT"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
-    125) verdict="NOT RUN (time budget)" ;;
-    *) verdict="FAIL (exit $rc)"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
-  esac
-  say "$t: $verdict (${secs}s)"
-  summary+=("$t: $verdict (${secs}s; $(grep -m1 'test cases:' "$log" | sed 's/^\[doctest\] *//'))")
-  [ "$rc" = 0 ] || fail "$t: $verdict"
-  "$PY" - "$t" "$rc" "$log" >> "$RESULTS" <<'EOF'
-import json, sys
-name, rc, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-text = open(path, errors='replace').read()
-lines = [l for l in text.splitlines() if 'test cases:' in l or 'assertions:' in l]
-print(json.dumps({'kind': 'test', 'model': name, 'impl': '', 'round': 0, 'rc': rc,
-                  'result': {'rc': rc, 'summary': lines, 'log_tail': text.splitlines()[-15:]}}))
-EOF
-done
-
-# ---------------------------------------------------------- stage 3 -------
-stage "3 training samples/s: dp (cuda:0) against PyTorch eager, batch 256, SGD momentum, TF32 off"
-# Parameter counts and layer-by-layer shapes of the torch translation, checked
-# against dp's own model (libdp through ctypes).
-for m in fashion_mnist_mlp cifar_resnet large_mlp; do
-  json="$root/examples/$m.json"
-  bounded 120 "$PY" "$TORCH_PY" info "$json" --dp-lib "$LIBDP" > "$LOGS/info_$m.log" 2>&1
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    say "  $m: torch/dp parameter check failed (rc $rc):"
-    tail -n 3 "$LOGS/info_$m.log" | sed 's/^/    /'
-    fail "$m: the torch model does not match dp's (or libdp could not be loaded from python)"
-    bounded 120 "$PY" "$TORCH_PY" info "$json" > "$LOGS/info_$m.log" 2>&1  # the counts at least
-  fi
-  say "  $m: $(tail -n 1 "$LOGS/info_$m.log")"
-  record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
-done
-
+# ------------------------------------------------------ stage helpers -----
 run_dp() {  # MODEL BATCH STEPS ROUND [IMPL EXTRA...]
   local m=$1 batch=$2 steps=$3 r=$4 impl=${5:-dp}
   shift 5 2>/dev/null || shift $#
@@ -303,83 +253,164 @@ run_torch() {  # MODEL BATCH STEPS ROUND WARMUP [IMPL EXTRA...]
   fi
 }
 
-for r in $(seq 1 "$ROUNDS"); do
-  run_dp fashion_mnist_mlp 256 "$MLP_STEPS" "$r"
-  run_torch fashion_mnist_mlp 256 "$MLP_STEPS" "$r" 20 torch
-  run_dp cifar_resnet 256 "$CNN_STEPS" "$r"
-  run_torch cifar_resnet 256 "$CNN_STEPS" "$r" 10 torch
-done
-run_torch cifar_resnet 256 "$CNN_STEPS" 1 10 torch_cudnn_benchmark --cudnn-benchmark
-run_dp cifar_resnet 256 "$CNN_STEPS" 1 dp_cudnn_benchmark --cudnn-benchmark
-say ""
-"$PY" "$TORCH_PY" report "$RESULTS" --section models | tee "$LOGS/table_models.txt"
+# ---------------------------------------------------------- stage 2 -------
+stage2() {
+  stage "2 CUDA tests"
+  for t in cuda/test_cuda_layers cuda/test_cuda_group dist/test_dist_nccl; do
+    exe="$B/tests/$t"
+    t=${t#*/}
+    log="$LOGS/$t.log"
+    if [ ! -x "$exe" ]; then
+      fail "$t: $exe not built"
+      summary+=("$t: NOT BUILT")
+      continue
+    fi
+    say "--- $t (log: $log)"
+    t0=$(date +%s)
+    bounded 240 "$exe" -nc > "$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - t0 ))
+    # doctest's failures and its closing lines; progress lines only around a crash.
+    grep -E 'TEST CASE:|logged:|THREW|exception|FATAL|SIG|test cases:|assertions:|Status:|SKIP|FAIL|MESSAGE:' "$log" \
+      | grep -v '^cuda_[a-z]*: [^SF]' | cut -c1-400 | head -n 80
+    case $rc in
+      0) verdict="PASS" ;;
+      77) verdict="SKIPPED: $(grep -m1 SKIP "$log")" ;;
+      124|137) verdict="TIMED OUT"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
+      125) verdict="NOT RUN (time budget)" ;;
+      *) verdict="FAIL (exit $rc)"; say "  last lines:"; tail -n 8 "$log" | sed 's/^/    /' ;;
+    esac
+    say "$t: $verdict (${secs}s)"
+    summary+=("$t: $verdict (${secs}s; $(grep -m1 'test cases:' "$log" | sed 's/^\[doctest\] *//'))")
+    # dist_nccl needs 2 GPUs: its skip on one is expected; the others' is a failure on a GPU machine.
+    [ "$rc" = 0 ] || { [ "$rc" = 77 ] && [ "$t" = test_dist_nccl ]; } || fail "$t: $verdict"
+    "$PY" - "$t" "$rc" "$log" >> "$RESULTS" <<'EOF'
+import json, sys
+name, rc, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+text = open(path, errors='replace').read()
+lines = [l for l in text.splitlines() if 'test cases:' in l or 'assertions:' in l]
+print(json.dumps({'kind': 'test', 'model': name, 'impl': '', 'round': 0, 'rc': rc,
+                  'result': {'rc': rc, 'summary': lines, 'log_tail': text.splitlines()[-15:]}}))
+EOF
+  done
+}
+
+# ---------------------------------------------------------- stage 3 -------
+stage3() {
+  stage "3 training samples/s: dp (cuda:0) against PyTorch eager, batch 256, SGD momentum, TF32 off"
+  # Parameter counts and layer-by-layer shapes of the torch translation, checked
+  # against dp's own model (libdp through ctypes).
+  for m in fashion_mnist_mlp cifar_resnet large_mlp; do
+    json="$root/examples/$m.json"
+    bounded 120 "$PY" "$TORCH_PY" info "$json" --dp-lib "$LIBDP" > "$LOGS/info_$m.log" 2>&1
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      say "  $m: torch/dp parameter check failed (rc $rc):"
+      tail -n 3 "$LOGS/info_$m.log" | sed 's/^/    /'
+      fail "$m: the torch model does not match dp's (or libdp could not be loaded from python)"
+      bounded 120 "$PY" "$TORCH_PY" info "$json" > "$LOGS/info_$m.log" 2>&1  # the counts at least
+    fi
+    say "  $m: $(tail -n 1 "$LOGS/info_$m.log")"
+    record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
+  done
+
+  for r in $(seq 1 "$ROUNDS"); do
+    run_dp fashion_mnist_mlp 256 "$MLP_STEPS" "$r"
+    run_torch fashion_mnist_mlp 256 "$MLP_STEPS" "$r" 20 torch
+    run_dp cifar_resnet 256 "$CNN_STEPS" "$r"
+    run_torch cifar_resnet 256 "$CNN_STEPS" "$r" 10 torch
+  done
+  run_torch cifar_resnet 256 "$CNN_STEPS" 1 10 torch_cudnn_benchmark --cudnn-benchmark
+  run_dp cifar_resnet 256 "$CNN_STEPS" 1 dp_cudnn_benchmark --cudnn-benchmark
+  say ""
+  "$PY" "$TORCH_PY" report "$RESULTS" --section models | tee "$LOGS/table_models.txt"
+}
 
 # ---------------------------------------------------------- stage 4 -------
-stage "4 large MLP: dp's training TFLOP/s against a cuBLAS fp32 matrix product (TF32 off)"
-log="$LOGS/mm.log"
-bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 > "$log" 2>&1
-rc=$?
-record mm large_mlp torch 0 "$rc" "$log"
-if [ "$rc" != 0 ]; then
-  say "  torch.mm: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-  fail "torch.mm reference (log: $log)"
-else
-  say "  torch.mm: $(tail -n 1 "$log")"
-fi
-for r in 1 2; do
-  run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" "$r"
-done
-run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch
-say ""
-"$PY" "$TORCH_PY" report "$RESULTS" --section large_mlp | tee "$LOGS/table_large_mlp.txt"
+stage4() {
+  stage "4 large MLP: dp's training TFLOP/s against a cuBLAS fp32 matrix product (TF32 off)"
+  log="$LOGS/mm.log"
+  bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 > "$log" 2>&1
+  rc=$?
+  record mm large_mlp torch 0 "$rc" "$log"
+  if [ "$rc" != 0 ]; then
+    say "  torch.mm: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "torch.mm reference (log: $log)"
+  else
+    say "  torch.mm: $(tail -n 1 "$log")"
+  fi
+  for r in 1 2; do
+    run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" "$r"
+  done
+  run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch
+  say ""
+  "$PY" "$TORCH_PY" report "$RESULTS" --section large_mlp | tee "$LOGS/table_large_mlp.txt"
+}
 
 # ---------------------------------------------------------- stage 5 -------
-stage "5 plugin overhead on cuda:0: plugin relu with CUDA code against the built-in relu (MLP, batch 256)"
-log="$LOGS/plugin_relu.log"
-plugin_so="$B/bench/bench_plugin_relu.so"
-bounded 120 "$B/bench/plugin_relu" 7 200 "$plugin_so" cuda:0 > "$log" 2>&1
-rc=$?
-record plugin plugin_relu dp 0 "$rc" "$log"
-if [ "$rc" != 0 ]; then
-  say "  plugin_relu: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-  fail "plugin_relu on cuda:0 (log: $log)"
-else
-  say "  $(tail -n 1 "$log")"
-  summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
-fi
+stage5() {
+  stage "5 plugin overhead on cuda:0: plugin relu with CUDA code against the built-in relu (MLP, batch 256)"
+  log="$LOGS/plugin_relu.log"
+  plugin_so="$B/bench/bench_plugin_relu.so"
+  bounded 120 "$B/bench/plugin_relu" 7 200 "$plugin_so" cuda:0 > "$log" 2>&1
+  rc=$?
+  record plugin plugin_relu dp 0 "$rc" "$log"
+  if [ "$rc" != 0 ]; then
+    say "  plugin_relu: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "plugin_relu on cuda:0 (log: $log)"
+  else
+    say "  $(tail -n 1 "$log")"
+    summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
+  fi
+}
 
 # ---------------------------------------------------------- stage 6 -------
-stage "6 mixed precision: dp bf16 against PyTorch autocast (bf16) variants"
-for batch in 256 1024; do
-  run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16 --precision bf16
-  run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16_cudnn_benchmark --precision bf16 --cudnn-benchmark
-  run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_bf16_channels_last_cudnn_benchmark --amp bf16 --channels-last \
-    --cudnn-benchmark
-  if [ "${COMPILE:-0}" = 1 ]; then
-    run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_compile_bf16 --amp bf16 --compile --cudnn-benchmark
-  fi
-done
-log="$LOGS/mm_bf16.log"
-bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 --dtype bf16 > "$log" 2>&1
-record mm_bf16 large_mlp torch 0 "$?" "$log"
-say "  torch.mm bf16: $(tail -n 1 "$log")"
-run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 dp_bf16 --precision bf16
-run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch_bf16 --amp bf16
-data="$B/data/fashion-mnist"
-if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-  for p in fp32 bf16; do
-    log="$LOGS/accuracy_$p.log"
-    bounded 300 "$DP" train "$root/examples/fashion_mnist_cnn.json" --data "fashion-mnist:$data" --devices cuda:0 \
-      --epochs 5 --batch-size 64 --precision "$p" > "$log" 2>&1
-    rc=$?
-    record accuracy fashion_mnist_cnn "dp_$p" 0 "$rc" "$log"
-    say "  Fashion-MNIST CNN, 5 epochs, $p: $(tail -n 1 "$log")"
+stage6() {
+  stage "6 mixed precision: dp bf16 against PyTorch autocast (bf16) variants"
+  for batch in 256 1024; do
+    run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16 --precision bf16
+    run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16_cudnn_benchmark --precision bf16 --cudnn-benchmark
+    run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_bf16_channels_last_cudnn_benchmark --amp bf16 --channels-last \
+      --cudnn-benchmark
+    if [ "${COMPILE:-0}" = 1 ]; then
+      run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_compile_bf16 --amp bf16 --compile --cudnn-benchmark
+    fi
   done
-else
-  say "  (no $data: the 5-epoch accuracy check needs Fashion-MNIST packed, DP_PACK_DATA=1 bench/gpu_pack.sh)"
-fi
-say ""
-"$PY" "$TORCH_PY" report "$RESULTS" --section precision | tee "$LOGS/table_precision.txt"
+  log="$LOGS/mm_bf16.log"
+  bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 --dtype bf16 > "$log" 2>&1
+  record mm_bf16 large_mlp torch 0 "$?" "$log"
+  say "  torch.mm bf16: $(tail -n 1 "$log")"
+  run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 dp_bf16 --precision bf16
+  run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch_bf16 --amp bf16
+  say ""
+  "$PY" "$TORCH_PY" report "$RESULTS" --section precision | tee "$LOGS/table_precision.txt"
+}
+
+# ---------------------------------------------------------- stage 7 -------
+stage7() {
+  stage "7 accuracy: the Fashion-MNIST CNN trained 5 epochs on cuda:0 in fp32 and in bf16 (same seed)"
+  data="$B/data/fashion-mnist"
+  if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+    for p in fp32 bf16; do
+      log="$LOGS/accuracy_$p.log"
+      bounded 300 "$DP" train "$root/examples/fashion_mnist_cnn.json" --data "fashion-mnist:$data" --devices cuda:0 \
+        --epochs 5 --batch-size 64 --precision "$p" > "$log" 2>&1
+      rc=$?
+      record accuracy fashion_mnist_cnn "dp_$p" 0 "$rc" "$log"
+      say "  Fashion-MNIST CNN, 5 epochs, $p: $(tail -n 1 "$log")"
+    done
+  else
+    say "  (no $data: the 5-epoch accuracy check needs Fashion-MNIST packed, DP_PACK_DATA=1 bench/gpu_pack.sh)"
+  fi
+}
+
+# ---------------------------------------------------------- run ---------
+for n in $STAGES; do
+  case $n in
+    [2-7]) "stage$n" ;;
+    *) fail "STAGES: no stage $n (2-7)" ;;
+  esac
+done
 
 # ---------------------------------------------------------- summary -------
 json_out=""
@@ -387,7 +418,7 @@ if [ -n "${OUT:-}" ]; then
   json_out="$OUT/gpu_bench.json"
   "$PY" "$TORCH_PY" report "$RESULTS" --section all --json "$json_out" > /dev/null || fail "writing $json_out"
 fi
-stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages 2-5)"
+stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages $STAGES)"
 say "GPU: $gpu | OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, kernel $blas_core | $torch_info"
 for s in "${summary[@]}"; do say "$s"; done
 cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" "$LOGS/table_precision.txt" 2>/dev/null

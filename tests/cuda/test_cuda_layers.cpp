@@ -635,9 +635,10 @@ Tensor abs_of(const Tensor& t) {
 // CPU's float32 layer. The tolerance is derived, per element: each product
 // reads two operands rounded to 16 bits (relative error <= u each: u = 2^-8
 // for bfloat16, 2^-11 for float16) and conv2d's results are rounded to 16 bits
-// once more, so |cuda - cpu| <= 3.01 u * sum_k |a_k| |b_k| (+ float32's own
-// error), where the sum of absolute products is the CPU layer run on |x|,
-// |W|, |g| with gradients starting at 0: the "bound pass".
+// once more, so |cuda - cpu| <= ((1 + u)^3 - 1) * sum_k |a_k| |b_k| (+ float32's
+// own error; (1 + u)^3 - 1 = 3.0117 u for bf16, so 3.05 u), where the sum of
+// absolute products is the CPU layer run on |x|, |W|, |g| with gradients
+// starting at 0: the "bound pass".
 void run_lowp_case(const nlohmann::json& j, const Shape& sample, int precision) {
   const std::string name = j.dump() + (precision == DP_PRECISION_BF16 ? " bf16" : " fp16");
   progress(name);
@@ -652,7 +653,13 @@ void run_lowp_case(const nlohmann::json& j, const Shape& sample, int precision) 
   d.ctx.cuda = g_env.stream->ctx();
   d.ctx.cuda_device = g_env.device;
   d.ctx.cuda_stream = g_env.stream->ctx()->stream;
-  const int saved = d.ctx.cuda->precision;
+  // The shared context's precision, restored however this case ends (a
+  // failed REQUIRE throws: later cases must not run in 16 bits).
+  struct Restore {
+    CudaCtx* ctx;
+    int precision;
+    ~Restore() { ctx->precision = precision; }
+  } restore{d.ctx.cuda, d.ctx.cuda->precision};
   d.ctx.cuda->precision = precision;
   upload(d.params, h.params);
   d.in.push_back(dev_tensor());
@@ -683,21 +690,20 @@ void run_lowp_case(const nlohmann::json& j, const Shape& sample, int precision) 
       size_t bad = 0, at = 0;
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) {
-        const double allowed = 3.01 * u * bound[i] + 1e-5 * (1 + std::fabs(want[i]));
+        const double allowed = 3.05 * u * bound[i] + 1e-5 * (1 + std::fabs(want[i]));
         const double diff = std::fabs(double(got[i]) - double(want[i]));
         if (!(diff <= allowed)) ++bad;
         if (!(diff / allowed <= worst)) worst = diff / allowed, at = i;
       }
       CHECK_MESSAGE(bad == 0, name << ", batch " << batch << ": " << what << ": " << bad << " of " << got.size()
                                    << " beyond the bound; worst [" << at << "]: cuda " << got[at] << " vs cpu " << want[at]
-                                   << " (bound " << 3.01 * u * bound[at] << ")");
+                                   << " (bound " << 3.05 * u * bound[at] << ")");
       if (bad == 0) MESSAGE(name << ", batch " << batch << ": " << what << ": at most " << worst << " of the bound");
     };
     bounded("output", to_host(d.out), host_vec(h.out), host_vec(hb.out));
     bounded("input gradient", to_host(d.gin[0]), host_vec(h.gin[0]), host_vec(hb.gin[0]));
     bounded("parameter gradients (onto non-zero)", to_host(d.grads), h.grads, hb.grads);
   }
-  d.ctx.cuda->precision = saved;
 }
 
 }  // namespace

@@ -59,6 +59,17 @@ class CudaEngine final : public Engine, public DeviceCopy {
     for (int r = 0; r < n_; ++r) rep(r).stream().set_allow_tf32(allow);
   }
   void set_precision(int precision) override {
+    // bfloat16 products (cublasGemmEx, cuDNN) need Ampere (8.0) or later:
+    // refused by name before anything changes, not a cuBLAS error mid-step.
+    for (const Slot& s : slots_) {
+      int major = 0, minor = 0;
+      DP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s.device));
+      DP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, s.device));
+      if (precision == DP_PRECISION_BF16 && major < 8)
+        fail(DP_ERR_DEVICE, "cuda:" + std::to_string(s.device) + " has compute capability " + std::to_string(major) +
+                                "." + std::to_string(minor) +
+                                "; bf16 needs 8.0 or later (Ampere): use fp16 (with the grad scaler) or fp32");
+    }
     for (int r = 0; r < n_; ++r) rep(r).stream().ctx()->precision = precision;
   }
   void set_cudnn_benchmark(bool on) override {

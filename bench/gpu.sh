@@ -222,6 +222,23 @@ print(json.dumps({'kind': 'header', 'model': '', 'impl': '', 'round': 0, 'rc': 0
 EOF
 
 # ------------------------------------------------------ stage helpers -----
+# model_info MODEL: the torch translation's parameter count and shapes checked
+# against dp's own model (libdp through ctypes), once per run (the reports'
+# FLOP counts come from it).
+model_info() {
+  local m=$1 json="$root/examples/$1.json" rc
+  [ -f "$LOGS/info_$m.log" ] && return 0
+  bounded 120 "$PY" "$TORCH_PY" info "$json" --dp-lib "$LIBDP" > "$LOGS/info_$m.log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    say "  $m: torch/dp parameter check failed (rc $rc):"
+    tail -n 3 "$LOGS/info_$m.log" | sed 's/^/    /'
+    fail "$m: the torch model does not match dp's (or libdp could not be loaded from python)"
+    bounded 120 "$PY" "$TORCH_PY" info "$json" > "$LOGS/info_$m.log" 2>&1  # the counts at least
+  fi
+  say "  $m: $(tail -n 1 "$LOGS/info_$m.log")"
+  record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
+}
 run_dp() {  # MODEL BATCH STEPS ROUND [IMPL EXTRA...]
   local m=$1 batch=$2 steps=$3 r=$4 impl=${5:-dp}
   shift 5 2>/dev/null || shift $#
@@ -301,17 +318,7 @@ stage3() {
   # Parameter counts and layer-by-layer shapes of the torch translation, checked
   # against dp's own model (libdp through ctypes).
   for m in fashion_mnist_mlp cifar_resnet large_mlp; do
-    json="$root/examples/$m.json"
-    bounded 120 "$PY" "$TORCH_PY" info "$json" --dp-lib "$LIBDP" > "$LOGS/info_$m.log" 2>&1
-    rc=$?
-    if [ "$rc" != 0 ]; then
-      say "  $m: torch/dp parameter check failed (rc $rc):"
-      tail -n 3 "$LOGS/info_$m.log" | sed 's/^/    /'
-      fail "$m: the torch model does not match dp's (or libdp could not be loaded from python)"
-      bounded 120 "$PY" "$TORCH_PY" info "$json" > "$LOGS/info_$m.log" 2>&1  # the counts at least
-    fi
-    say "  $m: $(tail -n 1 "$LOGS/info_$m.log")"
-    record info "$m" torch 0 "$rc" "$LOGS/info_$m.log"
+    model_info "$m"
   done
 
   for r in $(seq 1 "$ROUNDS"); do
@@ -329,6 +336,7 @@ stage3() {
 # ---------------------------------------------------------- stage 4 -------
 stage4() {
   stage "4 large MLP: dp's training TFLOP/s against a cuBLAS fp32 matrix product (TF32 off)"
+  model_info large_mlp
   log="$LOGS/mm.log"
   bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 > "$log" 2>&1
   rc=$?
@@ -367,6 +375,7 @@ stage5() {
 # ---------------------------------------------------------- stage 6 -------
 stage6() {
   stage "6 mixed precision: dp bf16 against PyTorch autocast (bf16) variants"
+  model_info large_mlp
   for batch in 256 1024; do
     run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16 --precision bf16
     run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16_cudnn_benchmark --precision bf16 --cudnn-benchmark

@@ -102,6 +102,16 @@ class Model {
   // The device copy that mirrors this model (one at a time; null: none).
   void set_device_copy(DeviceCopy* copy) { device_copy_ = copy; }
   DeviceCopy* device_copy() const { return device_copy_; }
+  // A device copy about to run makes itself the one: the previous one's
+  // newer values come to the host first, and the version moves on, so that
+  // every copy (this one included) reloads before it runs. Two GPU groups on
+  // one model then take turns, each starting from the other's results.
+  void claim_device_copy(DeviceCopy* copy) {
+    if (device_copy_ == copy) return;
+    if (device_copy_) device_copy_->to_host();
+    device_copy_ = copy;
+    ++host_version_;
+  }
 
  private:
   friend class DeviceCopy;

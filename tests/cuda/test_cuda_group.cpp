@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -1024,8 +1025,10 @@ TEST_CASE("host-written weights survive zero_grad and optimizer_step on CUDA") {
   dp_tensor* out = nullptr;
   DP_REQUIRE_OK(dp_group_forward(a.group, x, &out));
   CHECK(params_of(a.model) == p);
-  // The CPU computes the same forward from the same weights.
+  // The CPU computes the same forward from the same weights, at the same
+  // step (a training forward's dropout masks are keyed by it): one step first.
   Session c(kMlp, "cpu:0", kSgd);
+  DP_REQUIRE_OK(c.step(12, 0, &loss));
   DP_REQUIRE_OK(dp_model_set_parameters(c.model, p.data(), static_cast<int64_t>(p.size())));
   dp_tensor* cpu_out = nullptr;
   DP_REQUIRE_OK(dp_group_forward(c.group, x, &cpu_out));
@@ -1043,6 +1046,51 @@ TEST_CASE("host-written weights survive zero_grad and optimizer_step on CUDA") {
   dp_tensor_destroy(out);
   dp_tensor_destroy(cpu_out);
   dp_tensor_destroy(x);
+}
+
+// Two GPU groups on one model take turns: each starts from the other's
+// results (the model's device copy is the group that ran last), as two CPU
+// groups on one model do.
+TEST_CASE("two CUDA groups on one model: each trains from the other's results") {
+  progress("two CUDA groups on one model");
+  Session gpu(kMlp, "cuda:0", kSgd), cpu(kMlp, "cpu:0", kSgd);
+  const std::vector<float> p0 = params_of(gpu.model);
+  REQUIRE(params_of(cpu.model) == p0);
+  dp_group* g2 = nullptr;
+  dp_optimizer* o2 = nullptr;
+  dp_group* c2 = nullptr;
+  dp_optimizer* co2 = nullptr;
+  DP_REQUIRE_OK(dp_group_create(gpu.model, "cuda:0", &g2));
+  DP_REQUIRE_OK(dp_optimizer_create(g2, kSgd, &o2));
+  DP_REQUIRE_OK(dp_group_create(cpu.model, "cpu:0", &c2));
+  DP_REQUIRE_OK(dp_optimizer_create(c2, kSgd, &co2));
+  float loss = 0;
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    // Even steps on the first groups, odd ones on the second.
+    if (k % 2 == 0) {
+      DP_REQUIRE_OK(gpu.step(12, k, &loss));
+      DP_REQUIRE_OK(cpu.step(12, k, &loss));
+    } else {
+      for (auto [g, o, s] : {std::tuple{g2, o2, &gpu}, std::tuple{c2, co2, &cpu}}) {
+        dp_tensor* x = s->input(12, k);
+        dp_tensor* y = s->target(12, k);
+        DP_REQUIRE_OK(dp_group_train_step(g, o, x, y, &loss));
+        dp_tensor_destroy(x);
+        dp_tensor_destroy(y);
+      }
+    }
+    CHECK(params_of(gpu.model) != p0);
+    expect_close(params_of(gpu.model), params_of(cpu.model), "parameters after step " + std::to_string(k));
+  }
+  dp_optimizer_destroy(o2);
+  dp_group_destroy(g2);
+  // The first group goes on from the second's last step.
+  DP_REQUIRE_OK(gpu.step(12, 4, &loss));
+  DP_REQUIRE_OK(cpu.step(12, 4, &loss));
+  expect_close(params_of(gpu.model), params_of(cpu.model), "parameters after the second group is gone");
+  dp_optimizer_destroy(co2);
+  dp_group_destroy(c2);
 }
 
 // ----------------------------------------------------------- steady state --

@@ -179,8 +179,7 @@ CudaEngine::CudaEngine(Model& model, const std::vector<int>& ordinals)
   bucketed_ = nccl_ != nullptr;
   for (const Slot& s : slots_) bucketed_ = bucketed_ && s.replicas.size() == 1;
   set_bucket_mb(4);
-  upload_if_stale();
-  model_.set_device_copy(this);
+  upload_if_stale();  // and the model's device copy from now on
 }
 
 CudaEngine::~CudaEngine() {
@@ -216,13 +215,15 @@ CudaEngine::~CudaEngine() {
 // newer than the host in one array while older in another (a host write
 // first fetches the devices' newest values: Model::mutable_params).
 void CudaEngine::upload_if_stale() {
+  model_.claim_device_copy(this);  // another GPU group on this model ran last: its values first
   if (uploaded_version_ == model_.host_version()) {
     if (uploaded_buffers_ == model_.buffers_version()) return;
     const std::vector<float>& buffers = model_.buffers();
     for (Slot& s : slots_) {
       DP_CUDA_CHECK(cudaSetDevice(s.device));
       cudaStream_t st = main_stream(s);
-      DP_CUDA_CHECK(cudaMemcpyAsync(s.buffers.f32(), buffers.data(), s.buffers.bytes(), cudaMemcpyHostToDevice, st));
+      if (!buffers.empty())
+        DP_CUDA_CHECK(cudaMemcpyAsync(s.buffers.f32(), buffers.data(), s.buffers.bytes(), cudaMemcpyHostToDevice, st));
       DP_CUDA_CHECK(cudaEventRecord(s.updated, st));
     }
     uploaded_buffers_ = model_.buffers_version();
@@ -232,11 +233,11 @@ void CudaEngine::upload_if_stale() {
   // on every rank): a broadcast would be a collective that ranks reach
   // only when their host arrays changed.
   const bool broadcast = nccl_ && slots_.size() > 1 && !procs_;
-  // The host wrote last. Another GPU group may have trained the model
-  // before: the syncing accessors fetch its values first.
-  const bool mine = model_.device_copy() == this;
-  const std::vector<float>& params = mine ? host_params(model_) : model_.params();
-  const std::vector<float>& grads = mine ? host_grads(model_) : model_.grads();
+  // The host wrote last (or another GPU group ran: claimed above, its values
+  // are on the host): this engine is the model's device copy, so the host
+  // arrays are read as they are.
+  const std::vector<float>& params = host_params(model_);
+  const std::vector<float>& grads = host_grads(model_);
   const std::vector<float>& buffers = model_.buffers();
   for (size_t i = 0; i < (broadcast ? 1 : slots_.size()); ++i) {
     Slot& s = slots_[i];

@@ -207,7 +207,9 @@ DP_API dp_status dp_tensor_pin_memory(dp_tensor* t);
  * Tensors passed in and out stay host tensors. DP_ERR_DEVICE names a device
  * that does not exist, a build without CUDA, or a layer type without a CUDA
  * implementation. While a GPU group trains a model, the dp_model_copy_*
- * calls fetch the newest values from the GPU. */
+ * calls fetch the newest values from the GPU. Several groups may share one
+ * model: each call starts from the newest parameters, whichever group (CPU
+ * or GPU) wrote them. */
 DP_API dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out);
 /* The number of devices of `kind` ("cpu": the cores; "cuda": the GPUs this
  * process can use). For "cuda", *count is 0 when this build has no CUDA

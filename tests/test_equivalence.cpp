@@ -205,3 +205,47 @@ TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket
   }
   unsetenv("DP_SPLIT_LAYERS");
 }
+
+// Several groups on one model (dp.h: each call starts from the newest
+// parameters, whichever group wrote them): two groups of 1 and 3 CPU devices
+// taking turns with plain SGD (no optimizer state, so two optimizers act as
+// one) train as one group taking every step; a model without dropout (whose
+// masks are keyed by each group's own step count).
+TEST_CASE("two groups on one model take turns: as one group taking every step") {
+  const char* json = R"({
+    "seed": 8, "input": {"shape": [6]},
+    "layers": [{"type": "linear", "out_features": 16}, {"type": "tanh"}, {"type": "linear", "out_features": 5}],
+    "loss": {"type": "cross_entropy"}})";
+  const char* sgd = R"({"type": "sgd", "lr": 0.1})";
+  Run one = train(json, "cpu:0", sgd, 12, 6);
+  dp_context* ctx = nullptr;
+  dp_model* model = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_model_from_json(ctx, json, &model));
+  dp_group* groups[2] = {nullptr, nullptr};
+  dp_optimizer* opts[2] = {nullptr, nullptr};
+  DP_REQUIRE_OK(dp_group_create(model, "cpu:0", &groups[0]));
+  DP_REQUIRE_OK(dp_group_create(model, cpu_devices(3).c_str(), &groups[1]));
+  for (int g = 0; g < 2; ++g) DP_REQUIRE_OK(dp_optimizer_create(groups[g], sgd, &opts[g]));
+  for (int step = 0; step < 6; ++step) {
+    TestRng rng(1000 + step);  // train()'s data
+    std::vector<float> x(12 * 6);
+    for (float& v : x) v = rng.uniform(-1, 1);
+    std::vector<int64_t> t(12);
+    for (auto& v : t) v = rng.next() % 5;
+    dp_tensor* input = make_f32(ctx, x, {12, 6});
+    dp_tensor* target = make_i64(ctx, t, {12});
+    float loss = 0;
+    DP_REQUIRE_OK(dp_group_train_step(groups[step % 2], opts[step % 2], input, target, &loss));
+    CHECK(std::fabs(loss - one.losses[static_cast<size_t>(step)]) <= 1e-5f);
+    dp_tensor_destroy(input);
+    dp_tensor_destroy(target);
+  }
+  require_close(params_of(model), one.params);
+  for (int g = 0; g < 2; ++g) {
+    dp_optimizer_destroy(opts[g]);
+    dp_group_destroy(groups[g]);
+  }
+  dp_model_destroy(model);
+  dp_context_destroy(ctx);
+}

@@ -334,6 +334,20 @@ TEST_CASE("CUDA groups train as CPU groups of the same size: MLP and CNN, SGD mo
   }
 }
 
+// A batch with fewer rows than replicas: torch.chunk's rule gives 2 rows to 3
+// replicas as 1, 1 and the third idles; its gradients add nothing (the local
+// sum's empty input), as on the CPU.
+TEST_CASE("a batch with fewer rows than replicas on CUDA: the idle replica adds nothing, as on the CPU") {
+  progress("idle replica: CNN, batch 2 on 3 replicas");
+  Run cpu = train(kCnn, cpu_devices(3), kSgd, 2, 3);
+  Run gpu = train(kCnn, cuda_devices(3), kSgd, 2, 3);
+  CHECK(gpu.split == chunk_split(2, 3));
+  CHECK(gpu.split == cpu.split);
+  expect_close(gpu.params, cpu.params, "parameters after 3 steps of 2 rows on 3 replicas");
+  expect_close(gpu.buffers, cpu.buffers, "running statistics after 3 steps of 2 rows on 3 replicas");
+  expect_close(gpu.losses, cpu.losses, "losses of 2 rows on 3 replicas", 1e-4, 1e-3);
+}
+
 // clip_grad_norm_ on GPUs: the norm summed on the device (and the step the
 // host decides on it), as the CPU computes it; accumulation through
 // dp_group_forward_backward (2 batches of 6 with loss_scale 1/2, then a step),

@@ -222,6 +222,18 @@ print(json.dumps({'kind': 'header', 'model': '', 'impl': '', 'round': 0, 'rc': 0
 EOF
 
 # ------------------------------------------------------ stage helpers -----
+# said RC LOG LABEL: says how LABEL's step went (its log's last line; or
+# FAILED with the last two, counted as a failure) and returns RC.
+said() {
+  local rc=$1 log=$2 label=$3
+  if [ "$rc" != 0 ]; then
+    say "  $label: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fail "$label (log: $log)"
+  else
+    say "  $label: $(tail -n 1 "$log")"
+  fi
+  return "$rc"
+}
 # model_info MODEL: the torch translation's parameter count and shapes checked
 # against dp's own model (libdp through ctypes), once per run (the reports'
 # FLOP counts come from it).
@@ -247,12 +259,7 @@ run_dp() {  # MODEL BATCH STEPS ROUND [IMPL EXTRA...]
     --optimizer "$OPT" "$@" > "$log" 2>&1
   local rc=$?
   record bench "$m" "$impl" "$r" "$rc" "$log"
-  if [ "$rc" != 0 ]; then
-    say "  $impl $m round $r: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-    fail "$impl bench $m round $r (log: $log)"
-  else
-    say "  $impl $m round $r: $(tail -n 1 "$log")"
-  fi
+  said "$rc" "$log" "$impl $m round $r"
 }
 run_torch() {  # MODEL BATCH STEPS ROUND WARMUP [IMPL EXTRA...]
   local m=$1 batch=$2 steps=$3 r=$4 warm=$5 impl=${6:-torch}
@@ -262,12 +269,7 @@ run_torch() {  # MODEL BATCH STEPS ROUND WARMUP [IMPL EXTRA...]
     --warmup "$warm" --optimizer "$OPT" "$@" > "$log" 2>&1
   local rc=$?
   record bench "$m" "$impl" "$r" "$rc" "$log"
-  if [ "$rc" != 0 ]; then
-    say "  $impl $m round $r: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-    fail "$impl $m round $r (log: $log)"
-  else
-    say "  $impl $m round $r: $(tail -n 1 "$log")"
-  fi
+  said "$rc" "$log" "$impl $m round $r"
 }
 
 # ---------------------------------------------------------- stage 2 -------
@@ -341,12 +343,7 @@ stage4() {
   bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 > "$log" 2>&1
   rc=$?
   record mm large_mlp torch 0 "$rc" "$log"
-  if [ "$rc" != 0 ]; then
-    say "  torch.mm: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-    fail "torch.mm reference (log: $log)"
-  else
-    say "  torch.mm: $(tail -n 1 "$log")"
-  fi
+  said "$rc" "$log" "torch.mm"
   for r in 1 2; do
     run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" "$r"
   done
@@ -363,13 +360,7 @@ stage5() {
   bounded 120 "$B/bench/plugin_relu" 7 200 "$plugin_so" cuda:0 > "$log" 2>&1
   rc=$?
   record plugin plugin_relu dp 0 "$rc" "$log"
-  if [ "$rc" != 0 ]; then
-    say "  plugin_relu: FAILED (rc $rc): $(tail -n 2 "$log" | tr '\n' ' ')"
-    fail "plugin_relu on cuda:0 (log: $log)"
-  else
-    say "  $(tail -n 1 "$log")"
-    summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
-  fi
+  said "$rc" "$log" "plugin relu on cuda:0" && summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
 }
 
 # ---------------------------------------------------------- stage 6 -------
@@ -387,8 +378,9 @@ stage6() {
   done
   log="$LOGS/mm_bf16.log"
   bounded 120 "$PY" "$TORCH_PY" mm --m "$LARGE_BATCH" --k 4096 --n 4096 --dtype bf16 > "$log" 2>&1
-  record mm_bf16 large_mlp torch 0 "$?" "$log"
-  say "  torch.mm bf16: $(tail -n 1 "$log")"
+  rc=$?
+  record mm_bf16 large_mlp torch 0 "$rc" "$log"
+  said "$rc" "$log" "torch.mm bf16"
   run_dp large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 dp_bf16 --precision bf16
   run_torch large_mlp "$LARGE_BATCH" "$LARGE_STEPS" 1 3 torch_bf16 --amp bf16
   say ""
@@ -406,7 +398,7 @@ stage7() {
         --epochs 5 --batch-size 64 --precision "$p" > "$log" 2>&1
       rc=$?
       record accuracy fashion_mnist_cnn "dp_$p" 0 "$rc" "$log"
-      say "  Fashion-MNIST CNN, 5 epochs, $p: $(tail -n 1 "$log")"
+      said "$rc" "$log" "Fashion-MNIST CNN, 5 epochs, $p"
     done
   else
     say "  (no $data: the 5-epoch accuracy check needs Fashion-MNIST packed, DP_PACK_DATA=1 bench/gpu_pack.sh)"

@@ -48,6 +48,33 @@ struct Run {
   std::vector<int64_t> split;
 };
 
+// Step `step`'s batch (inputs in [-1, 1]; 5 classes, or 3 MSE targets in [0, 1]): the tensors of
+// dp_group_train_step, the caller's to destroy.
+struct StepBatch {
+  dp_tensor* input = nullptr;
+  dp_tensor* target = nullptr;
+};
+StepBatch step_batch(dp_context* ctx, int step, const std::vector<int64_t>& shape, bool mse) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int64_t batch = shape[0];
+  TestRng rng(1000 + step);
+  std::vector<float> x(static_cast<size_t>(numel));
+  for (float& v : x) v = rng.uniform(-1, 1);
+  StepBatch b;
+  b.input = make_f32(ctx, x, shape);
+  if (mse) {
+    std::vector<float> t(static_cast<size_t>(batch * 3));
+    for (float& v : t) v = rng.uniform(0, 1);
+    b.target = make_f32(ctx, t, {batch, 3});
+  } else {
+    std::vector<int64_t> t(static_cast<size_t>(batch));
+    for (auto& v : t) v = rng.next() % 5;
+    b.target = make_i64(ctx, t, {batch});
+  }
+  return b;
+}
+
 Run train(const char* json, const std::string& devices, const char* opt_json, int64_t batch, int steps,
           int split_mode = DP_SPLIT_CHUNK) {
   dp_context* ctx = nullptr;
@@ -64,31 +91,17 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   int64_t in_shape[DP_MAX_DIMS];
   DP_REQUIRE_OK(dp_model_input_shape(model, &nd, in_shape));
   std::vector<int64_t> shape{batch};
-  int64_t per = 1;
-  for (int i = 0; i < nd; ++i) shape.push_back(in_shape[i]), per *= in_shape[i];
+  for (int i = 0; i < nd; ++i) shape.push_back(in_shape[i]);
   bool mse = std::string(json).find("\"mse\"") != std::string::npos;
 
   Run run;
   for (int step = 0; step < steps; ++step) {
-    TestRng rng(1000 + step);
-    std::vector<float> x(static_cast<size_t>(batch * per));
-    for (float& v : x) v = rng.uniform(-1, 1);
-    dp_tensor* input = make_f32(ctx, x, shape);
-    dp_tensor* target = nullptr;
-    if (mse) {
-      std::vector<float> t(static_cast<size_t>(batch * 3));
-      for (float& v : t) v = rng.uniform(0, 1);
-      target = make_f32(ctx, t, {batch, 3});
-    } else {
-      std::vector<int64_t> t(static_cast<size_t>(batch));
-      for (auto& v : t) v = rng.next() % 5;
-      target = make_i64(ctx, t, {batch});
-    }
+    const StepBatch b = step_batch(ctx, step, shape, mse);
     float loss = 0;
-    DP_REQUIRE_OK(dp_group_train_step(group, opt, input, target, &loss));
+    DP_REQUIRE_OK(dp_group_train_step(group, opt, b.input, b.target, &loss));
     run.losses.push_back(loss);
-    dp_tensor_destroy(input);
-    dp_tensor_destroy(target);
+    dp_tensor_destroy(b.input);
+    dp_tensor_destroy(b.target);
   }
   int64_t sizes[16];
   int count = 0;
@@ -228,18 +241,12 @@ TEST_CASE("two groups on one model take turns: as one group taking every step") 
   DP_REQUIRE_OK(dp_group_create(model, cpu_devices(3).c_str(), &groups[1]));
   for (int g = 0; g < 2; ++g) DP_REQUIRE_OK(dp_optimizer_create(groups[g], sgd, &opts[g]));
   for (int step = 0; step < 6; ++step) {
-    TestRng rng(1000 + step);  // train()'s data
-    std::vector<float> x(12 * 6);
-    for (float& v : x) v = rng.uniform(-1, 1);
-    std::vector<int64_t> t(12);
-    for (auto& v : t) v = rng.next() % 5;
-    dp_tensor* input = make_f32(ctx, x, {12, 6});
-    dp_tensor* target = make_i64(ctx, t, {12});
+    const StepBatch b = step_batch(ctx, step, {12, 6}, false);  // train()'s data
     float loss = 0;
-    DP_REQUIRE_OK(dp_group_train_step(groups[step % 2], opts[step % 2], input, target, &loss));
+    DP_REQUIRE_OK(dp_group_train_step(groups[step % 2], opts[step % 2], b.input, b.target, &loss));
     CHECK(std::fabs(loss - one.losses[static_cast<size_t>(step)]) <= 1e-5f);
-    dp_tensor_destroy(input);
-    dp_tensor_destroy(target);
+    dp_tensor_destroy(b.input);
+    dp_tensor_destroy(b.target);
   }
   require_close(params_of(model), one.params);
   for (int g = 0; g < 2; ++g) {

@@ -162,6 +162,29 @@ std::string temp_path(const char* name) {
   return "/tmp/dp_test_grad_scaler_" + std::to_string(::getpid()) + "_" + name;
 }
 
+// Copies the file `from` to `to` with `with` written over the bytes at
+// `offset` past the first `find` (the length kept: a damaged checkpoint).
+void write_patched(const std::string& from, const std::string& to, const std::string& find, size_t offset,
+                   const std::string& with) {
+  std::ifstream in(from, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(find);
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at + offset, with.size(), with);
+  std::ofstream(to, std::ios::binary) << bytes;
+}
+
+// A damaged checkpoint is refused (DP_ERR_IO, the message naming `why`), and
+// nothing changes: the scaler's state and the parameters.
+void check_load_refused(Handles& h, const std::string& path, const char* why) {
+  const State before = state_of(h.opt);
+  const std::vector<float> before_params = params_of(h.model);
+  CHECK(dp_checkpoint_load(path.c_str(), h.group, h.opt, nullptr) == DP_ERR_IO);
+  CHECK(std::string(dp_last_error()).find(why) != std::string::npos);
+  CHECK(state_of(h.opt) == before);
+  CHECK(params_of(h.model) == before_params);
+}
+
 }  // namespace
 
 TEST_CASE("with the grad scaler and no overflow, float32 training is bitwise training without it") {
@@ -507,20 +530,8 @@ TEST_CASE("checkpoints hold the grad scaler's state: a resumed run is bitwise th
     CHECK(params_of(resumed.model) == params_of(whole.model));
 
     // A damaged record (same length, a key renamed): DP_ERR_IO, nothing changes.
-    {
-      std::ifstream in(path, std::ios::binary);
-      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      const size_t at = bytes.find("_growth_tracker");
-      REQUIRE(at != std::string::npos);
-      bytes[at + 1] = 'G';
-      std::ofstream(bad_path, std::ios::binary) << bytes;
-    }
-    const State before = state_of(resumed.opt);
-    const std::vector<float> before_params = params_of(resumed.model);
-    CHECK(dp_checkpoint_load(bad_path.c_str(), resumed.group, resumed.opt, nullptr) == DP_ERR_IO);
-    CHECK(std::string(dp_last_error()).find("grad_scaler") != std::string::npos);
-    CHECK(state_of(resumed.opt) == before);
-    CHECK(params_of(resumed.model) == before_params);
+    write_patched(path, bad_path, "_growth_tracker", 1, "G");
+    check_load_refused(resumed, bad_path, "grad_scaler");
     // The key is dp's own.
     CHECK(dp_checkpoint_save(bad_path.c_str(), whole.group, whole.opt, nullptr, R"({"grad_scaler": 1})") ==
           DP_ERR_INVALID_ARGUMENT);
@@ -560,21 +571,9 @@ TEST_CASE("a checkpoint's scaler state against this optimizer's settings: the tr
   CHECK(state_of(loaded.opt) == State{131072.0, 0, 0});
 
   // A scale of 0, written over the record's scale with the file's length kept.
-  {
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string key = "\\\"scale\\\":";  // \"scale\": inside the metadata's string
-    const size_t at = bytes.find(key + "65536.0");
-    REQUIRE(at != std::string::npos);
-    bytes.replace(at + key.size(), 7, "0.00000");
-    std::ofstream(bad_path, std::ios::binary) << bytes;
-  }
-  const State before = state_of(loaded.opt);
-  const std::vector<float> before_params = params_of(loaded.model);
-  CHECK(dp_checkpoint_load(bad_path.c_str(), loaded.group, loaded.opt, nullptr) == DP_ERR_IO);
-  CHECK(std::string(dp_last_error()).find("'scale' must be a float32 number > 0") != std::string::npos);
-  CHECK(state_of(loaded.opt) == before);
-  CHECK(params_of(loaded.model) == before_params);
+  const std::string key = "\\\"scale\\\":";  // \"scale\": inside the metadata's string
+  write_patched(path, bad_path, key + "65536.0", key.size(), "0.00000");
+  check_load_refused(loaded, bad_path, "'scale' must be a float32 number > 0");
   std::remove(path.c_str());
   std::remove(bad_path.c_str());
 }

@@ -419,6 +419,41 @@ DP_API dp_status dp_optimizer_set_grad_scaler(dp_optimizer* opt, const char* jso
  * optimizer was created (or as the checkpoint loaded says). Each may be NULL. */
 DP_API dp_status dp_optimizer_grad_scaler_state(const dp_optimizer* opt, double* scale, int64_t* growth_tracker,
                                                 int64_t* skipped_steps);
+/* Restores the grad scaler's state (what dp_optimizer_grad_scaler_state
+ * read, torch.amp.GradScaler.load_state_dict's "scale" and
+ * "_growth_tracker"): scale a finite float32 > 0, growth_tracker >= 0 (cut
+ * to growth_interval less one, as dp_checkpoint_load does), skipped_steps >=
+ * 0. The settings stay this optimizer's (call it after
+ * dp_optimizer_set_grad_scaler, which starts the scale afresh); with the
+ * scaler off, the scale and tracker are unused. DP_ERR_INVALID_ARGUMENT
+ * (nothing changes) for a value out of range. */
+DP_API dp_status dp_optimizer_set_grad_scaler_state(dp_optimizer* opt, double scale, int64_t growth_tracker,
+                                                    int64_t skipped_steps);
+/* The optimizer's state, as PyTorch's optimizer.state_dict()["state"] holds
+ * it: per-parameter arrays named "momentum_buffer" (SGD with momentum),
+ * "exp_avg" and "exp_avg_sq" (Adam, AdamW), each laid out as the parameters
+ * (dp_model_num_parameters floats, in declaration order: slice them by
+ * dp_model_parameter_info), zero until the first step; plain SGD keeps none.
+ * As in PyTorch, SGD's first step (steps 0) starts the momentum buffer from
+ * the gradient: a buffer set before it is replaced (set the steps too).
+ * dp_optimizer_state_name's *name is owned by the optimizer. From a GPU
+ * group, dp_optimizer_copy_state reads the newest values (synchronising);
+ * dp_optimizer_set_state's reach the GPUs at the next step. In a process
+ * group every process must set the same values (as dp_checkpoint_load does
+ * from one file); nothing checks it. DP_ERR_INVALID_ARGUMENT for an unknown
+ * name (listing this optimizer's) or a count that does not fit; nothing
+ * changes then. */
+DP_API dp_status dp_optimizer_num_states(const dp_optimizer* opt, int* count);
+DP_API dp_status dp_optimizer_state_name(const dp_optimizer* opt, int index, const char** name);
+/* count: the floats dst holds, at least dp_model_num_parameters. */
+DP_API dp_status dp_optimizer_copy_state(const dp_optimizer* opt, const char* name, float* dst, int64_t count);
+/* count: exactly dp_model_num_parameters. */
+DP_API dp_status dp_optimizer_set_state(dp_optimizer* opt, const char* name, const float* src, int64_t count);
+/* The steps taken (PyTorch's per-parameter "step": Adam's bias corrections
+ * and, with the steps a grad scaler skipped, a schedule's position), read
+ * and set; steps >= 0. */
+DP_API dp_status dp_optimizer_steps(const dp_optimizer* opt, int64_t* steps);
+DP_API dp_status dp_optimizer_set_steps(dp_optimizer* opt, int64_t steps);
 DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
 /* zero_grad, forward, the model's loss (reduced over the whole batch),

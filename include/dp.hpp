@@ -576,6 +576,34 @@ class Optimizer : public detail::Handle<dp_optimizer, dp_optimizer_destroy> {
     check(dp_optimizer_grad_scaler_state(get(), &st.scale, &st.growth_tracker, &st.skipped_steps));
     return st;
   }
+  void set_grad_scaler_state(const GradScalerState& st) {
+    check(dp_optimizer_set_grad_scaler_state(get(), st.scale, st.growth_tracker, st.skipped_steps));
+  }
+  // The state arrays' names ("momentum_buffer"; "exp_avg", "exp_avg_sq").
+  std::vector<std::string> state_names() const {
+    int n = 0;
+    check(dp_optimizer_num_states(get(), &n));
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) {
+      const char* name = nullptr;
+      check(dp_optimizer_state_name(get(), i, &name));
+      names.emplace_back(name);
+    }
+    return names;
+  }
+  // One state array, laid out as the model's parameters.
+  void copy_state(const std::string& name, Span<float> dst) const {
+    check(dp_optimizer_copy_state(get(), name.c_str(), dst.data(), static_cast<int64_t>(dst.size())));
+  }
+  void set_state(const std::string& name, Span<const float> src) {
+    check(dp_optimizer_set_state(get(), name.c_str(), src.data(), static_cast<int64_t>(src.size())));
+  }
+  int64_t steps() const {
+    int64_t n = 0;
+    check(dp_optimizer_steps(get(), &n));
+    return n;
+  }
+  void set_steps(int64_t steps) { check(dp_optimizer_set_steps(get(), steps)); }
 
  private:
   static dp_optimizer* create(Group& group, const std::string& json_config) {

@@ -250,3 +250,128 @@ TEST_CASE("a non-finite gradient norm takes no step: DP_ERR_NUMERIC, parameters 
     for (dp_tensor* d : {x, t, out, inf_grad, x2, t2}) dp_tensor_destroy(d);
   }
 }
+
+// dp_optimizer_copy_state / set_state / steps / grad scaler state: a fresh
+// optimizer (on a fresh model, another split) given a trained one's
+// parameters and state continues as the trained one does (within the
+// equivalence tolerance: another split sums in another order); bad names,
+// counts and values change nothing.
+TEST_CASE("optimizer state through the C ABI: a fresh optimizer given another's state continues as it would") {
+  struct Case {
+    const char* opt;
+    double lr;
+    std::vector<std::string> names;
+  };
+  const Case cases[] = {
+      {R"({"type": "sgd", "lr": 0.2, "momentum": 0.9, "nesterov": true, "weight_decay": 0.01})", 0.2, {"momentum_buffer"}},
+      {R"({"type": "adam", "lr": 0.01})", 0.01, {"exp_avg", "exp_avg_sq"}},
+      {R"({"type": "adamw", "lr": 0.01, "weight_decay": 0.1})", 0.01, {"exp_avg", "exp_avg_sq"}},
+      {R"({"type": "sgd", "lr": 0.2})", 0.2, {}},
+  };
+  const char* const schedule = R"({"type": "step", "step_size": 2, "gamma": 0.5})";
+  auto step = [](Handles& h, int64_t i) {
+    const Batch b = make_batch(i * 8, 8);
+    dp_tensor* x = make_f32(h.ctx, b.x, {8, 6});
+    dp_tensor* y = make_i64(h.ctx, b.y, {8});
+    DP_REQUIRE_OK(dp_group_train_step(h.group, h.opt, x, y, nullptr));
+    dp_tensor_destroy(x);
+    dp_tensor_destroy(y);
+  };
+  auto state = [](const Handles& h, const std::string& name) {
+    int64_t n = 0;
+    DP_REQUIRE_OK(dp_model_num_parameters(h.model, &n));
+    std::vector<float> s(static_cast<size_t>(n));
+    DP_REQUIRE_OK(dp_optimizer_copy_state(h.opt, name.c_str(), s.data(), n));
+    return s;
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.opt);
+    Handles a(kMlp, "cpu:0", c.opt), b(kMlp, "cpu:0,cpu:1,cpu:2", c.opt);
+    for (Handles* h : {&a, &b}) {
+      DP_REQUIRE_OK(dp_optimizer_set_lr_schedule(h->opt, schedule));
+      DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(h->opt, R"({"init_scale": 1024, "growth_interval": 3})"));
+    }
+    // Names, in a stable order; zero before the first step.
+    int count = -1;
+    DP_REQUIRE_OK(dp_optimizer_num_states(a.opt, &count));
+    REQUIRE(count == static_cast<int>(c.names.size()));
+    for (int i = 0; i < count; ++i) {
+      const char* name = nullptr;
+      DP_REQUIRE_OK(dp_optimizer_state_name(a.opt, i, &name));
+      CHECK(std::string(name) == c.names[static_cast<size_t>(i)]);
+      for (float v : state(a, name)) CHECK(v == 0.0f);
+    }
+    for (int64_t i = 0; i < 5; ++i) step(a, i);
+    int64_t steps = 0;
+    DP_REQUIRE_OK(dp_optimizer_steps(a.opt, &steps));
+    CHECK(steps == 5);
+    double scale = 0;
+    int64_t tracker = -1, skipped = -1;
+    DP_REQUIRE_OK(dp_optimizer_grad_scaler_state(a.opt, &scale, &tracker, &skipped));
+    CHECK(scale == 2048);  // grown once, after 3 clean steps
+    CHECK(tracker == 2);
+
+    // b takes a's parameters and state, then both go on alike.
+    b.set_params(params_of(a.model));
+    for (const std::string& name : c.names) {
+      const std::vector<float> s = state(a, name);
+      DP_REQUIRE_OK(dp_optimizer_set_state(b.opt, name.c_str(), s.data(), static_cast<int64_t>(s.size())));
+      CHECK(state(b, name) == s);
+    }
+    DP_REQUIRE_OK(dp_optimizer_set_steps(b.opt, steps));
+    DP_REQUIRE_OK(dp_optimizer_set_grad_scaler_state(b.opt, scale, tracker, skipped));
+    for (int64_t i = 5; i < 9; ++i) {
+      step(a, i);
+      step(b, i);
+    }
+    double lr_a = 0, lr_b = 0;
+    DP_REQUIRE_OK(dp_optimizer_lr(a.opt, &lr_a));
+    DP_REQUIRE_OK(dp_optimizer_lr(b.opt, &lr_b));
+    CHECK(lr_a == lr_b);
+    CHECK(lr_a == doctest::Approx(c.lr * std::pow(0.5, 4)));  // the 9th step's: t = 8 (no step skipped)
+    // Another split sums in another order: equal within the equivalence tolerance.
+    require_close(params_of(b.model), params_of(a.model), 1e-5, "parameters after the resumed steps");
+    for (const std::string& name : c.names) require_close(state(b, name), state(a, name), 1e-5, name.c_str());
+  }
+}
+
+TEST_CASE("optimizer state through the C ABI: bad names, counts and values are refused, nothing changes") {
+  Handles h(kMlp, "cpu:0", R"({"type": "adam", "lr": 0.01})");
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(h.model, &n));
+  std::vector<float> ones(static_cast<size_t>(n) + 1, 1.0f), got(static_cast<size_t>(n) + 1, -1.0f);
+  CHECK(dp_optimizer_copy_state(h.opt, "momentum_buffer", got.data(), n) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("no state 'momentum_buffer' in a adam optimizer (it keeps exp_avg, exp_avg_sq)") !=
+        std::string::npos);
+  CHECK(dp_optimizer_copy_state(h.opt, "exp_avg", got.data(), n - 1) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_optimizer_set_state(h.opt, "exp_avg", ones.data(), n + 1) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("got " + std::to_string(n + 1) + " floats") != std::string::npos);
+  CHECK(dp_optimizer_set_state(h.opt, nullptr, ones.data(), n) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_optimizer_set_steps(h.opt, -1) == DP_ERR_INVALID_ARGUMENT);
+  const char* name = nullptr;
+  CHECK(dp_optimizer_state_name(h.opt, 2, &name) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(name == nullptr);
+  for (double bad : {0.0, -1.0, double(INFINITY), double(NAN), 1e39, 0.1})  // 0.1 is no float32
+    CHECK(dp_optimizer_set_grad_scaler_state(h.opt, bad, 0, 0) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_optimizer_set_grad_scaler_state(h.opt, 1, -1, 0) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_optimizer_set_grad_scaler_state(h.opt, 1, 0, -1) == DP_ERR_INVALID_ARGUMENT);
+  // Nothing changed: zero state, no steps, the scaler's state as it was.
+  DP_REQUIRE_OK(dp_optimizer_copy_state(h.opt, "exp_avg", got.data(), n + 1));
+  for (int64_t i = 0; i < n; ++i) CHECK(got[static_cast<size_t>(i)] == 0.0f);
+  CHECK(got[static_cast<size_t>(n)] == -1.0f);  // count is what dst holds: only n written
+  int64_t steps = -1, skipped = -1;
+  DP_REQUIRE_OK(dp_optimizer_steps(h.opt, &steps));
+  CHECK(steps == 0);
+  double scale = 0;
+  DP_REQUIRE_OK(dp_optimizer_grad_scaler_state(h.opt, &scale, nullptr, &skipped));
+  CHECK(scale == 1);
+  CHECK(skipped == 0);
+  // A tracker past this scaler's growth_interval is cut to one less (as a checkpoint's).
+  DP_REQUIRE_OK(dp_optimizer_set_grad_scaler(h.opt, R"({"growth_interval": 4})"));
+  DP_REQUIRE_OK(dp_optimizer_set_grad_scaler_state(h.opt, 8, 100, 3));
+  int64_t tracker = 0;
+  DP_REQUIRE_OK(dp_optimizer_grad_scaler_state(h.opt, &scale, &tracker, &skipped));
+  CHECK(scale == 8);
+  CHECK(tracker == 3);
+  CHECK(skipped == 3);
+}

@@ -1,5 +1,6 @@
 // The C ABI (include/dp.h): argument checks, handle plumbing and error
 // translation only; the work is done by the C++ runtime.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -483,6 +484,7 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
                                     model.held_bytes() + g->group->held_bytes());
   // Every process must update alike (the JSON as given: the same file or string everywhere).
   if (dp::ProcessGroup* pg = g->group->process_group()) pg->check_same("optimizer config", json_config);
+  for (const auto& st : o->opt->state()) o->state_names.push_back(st.first);
   *out = o.release();
   DP_GUARD_END
 }
@@ -558,6 +560,88 @@ dp_status dp_optimizer_grad_scaler_state(const dp_optimizer* opt, double* scale,
   if (scale) *scale = o.scaler.loss_factor();
   if (growth_tracker) *growth_tracker = o.scaler.enabled ? o.scaler.growth_tracker : 0;
   if (skipped_steps) *skipped_steps = o.skipped_steps;
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_set_grad_scaler_state(dp_optimizer* opt, double scale, int64_t growth_tracker,
+                                             int64_t skipped_steps) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  const float s = static_cast<float>(scale);
+  DP_CHECK_ARG(std::isfinite(s) && s > 0 && static_cast<double>(s) == scale,
+               "scale must be a finite float32 > 0, got " + std::to_string(scale));
+  DP_CHECK_ARG(growth_tracker >= 0, "growth_tracker must be >= 0, got " + std::to_string(growth_tracker));
+  DP_CHECK_ARG(skipped_steps >= 0, "skipped_steps must be >= 0, got " + std::to_string(skipped_steps));
+  dp::Optimizer& o = *opt->opt;
+  o.scaler.scale = s;
+  o.scaler.growth_tracker = std::min(growth_tracker, o.scaler.growth_interval - 1);  // as dp_checkpoint_load
+  o.skipped_steps = skipped_steps;
+  DP_GUARD_END
+}
+
+// The optimizer's state array `name`, or DP_ERR_INVALID_ARGUMENT listing the
+// names it has. Its newest values first (a GPU group may hold newer ones).
+static std::vector<float>& optimizer_state(const dp_optimizer* opt, const char* name, const char* what) {
+  opt->group->group->optimizer_to_host(*opt->opt);
+  std::string names;
+  for (const auto& st : opt->opt->state()) {
+    if (st.first == name) return *st.second;
+    names += (names.empty() ? "" : ", ") + st.first;
+  }
+  fail(DP_ERR_INVALID_ARGUMENT, std::string(what) + ": no state '" + name + "' in a " + opt->opt->type() +
+                                    " optimizer (it keeps " + (names.empty() ? "none" : names) + ")");
+}
+
+dp_status dp_optimizer_num_states(const dp_optimizer* opt, int* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && count, "opt and count must not be NULL");
+  *count = static_cast<int>(opt->state_names.size());
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_state_name(const dp_optimizer* opt, int index, const char** name) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && name, "opt and name must not be NULL");
+  DP_CHECK_ARG(index >= 0 && index < static_cast<int>(opt->state_names.size()),
+               "index " + std::to_string(index) + " is out of range: the optimizer keeps " +
+                   std::to_string(opt->state_names.size()) + " state arrays");
+  *name = opt->state_names[static_cast<size_t>(index)].c_str();
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_copy_state(const dp_optimizer* opt, const char* name, float* dst, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && name && dst, "opt, name and dst must not be NULL");
+  const std::vector<float>& st = optimizer_state(opt, name, "dp_optimizer_copy_state");
+  check_count(opt->group->model, count, st.size(), "dp_optimizer_copy_state");
+  std::memcpy(dst, st.data(), st.size() * sizeof(float));
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_set_state(dp_optimizer* opt, const char* name, const float* src, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && name && src, "opt, name and src must not be NULL");
+  std::vector<float>& st = optimizer_state(opt, name, "dp_optimizer_set_state");
+  if (count != static_cast<int64_t>(st.size()))
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_optimizer_set_state: got " + std::to_string(count) + " floats, the model has " +
+                                      std::to_string(st.size()));
+  std::memcpy(st.data(), src, st.size() * sizeof(float));
+  ++opt->opt->host_version;  // a GPU group uploads it before its next step
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_steps(const dp_optimizer* opt, int64_t* steps) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt && steps, "opt and steps must not be NULL");
+  *steps = opt->opt->steps;
+  DP_GUARD_END
+}
+
+dp_status dp_optimizer_set_steps(dp_optimizer* opt, int64_t steps) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(opt, "opt is NULL");
+  DP_CHECK_ARG(steps >= 0, "steps must be >= 0, got " + std::to_string(steps));
+  opt->opt->steps = steps;
   DP_GUARD_END
 }
 

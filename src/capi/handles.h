@@ -54,4 +54,5 @@ struct dp_group {
 struct dp_optimizer {
   dp_group* group;
   std::unique_ptr<dp::Optimizer> opt;
+  std::vector<std::string> state_names;  // Optimizer::state()'s, for dp_optimizer_state_name
 };

@@ -284,6 +284,23 @@ TEST_CASE("training through dp.hpp equals training through dp.h") {
   CHECK_THROWS_AS(scaled.set_grad_scaler(R"({"growth_interval": 0})"), dp::Error);
   scaled.set_grad_scaler("");
   CHECK(scaled.get_scale() == 1.0);
+
+  // The optimizer's state, read from one optimizer and given to another.
+  CHECK(opt.state_names() == std::vector<std::string>{"momentum_buffer"});
+  std::vector<float> buf(static_cast<size_t>(model.num_parameters()));
+  opt.copy_state("momentum_buffer", buf);
+  dp::Optimizer twin(group, kSgd);
+  twin.set_state("momentum_buffer", buf);
+  twin.set_steps(opt.steps());
+  twin.set_grad_scaler("{}");
+  twin.set_grad_scaler_state({512.0, 7, 2});
+  CHECK(twin.steps() == opt.steps());
+  std::vector<float> back(buf.size());
+  twin.copy_state("momentum_buffer", back);
+  CHECK(back == buf);
+  CHECK(twin.grad_scaler_state().scale == 512.0);
+  CHECK(twin.grad_scaler_state().skipped_steps == 2);
+  CHECK_THROWS_AS(twin.copy_state("exp_avg", back), dp::Error);
 }
 
 TEST_CASE("datasets, loaders and checkpoints") {

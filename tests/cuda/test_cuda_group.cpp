@@ -911,6 +911,68 @@ TEST_CASE("checkpoint round trip on cuda:0: 3 steps, save, load into a fresh gro
   }
 }
 
+// dp_optimizer_copy_state reads the GPU's newest state; set_state's values
+// reach the GPU at the next step: a CPU group given the GPU group's state
+// continues as the GPU group does, and a GPU group given a CPU group's state
+// (after stepping with its own) continues as the CPU group does.
+TEST_CASE("optimizer state through the C ABI on cuda:0: read from and written to a GPU group") {
+  for (const char* opt : {kSgd, kAdam}) {
+    progress(std::string("optimizer state, ") + opt);
+    const std::string optimizer = opt;
+    CAPTURE(optimizer);
+    Session gpu(kMlp, "cuda:0", opt), cpu(kMlp, "cpu:0", opt);
+    float loss = 0;
+    // Both take 3 steps (dropout's masks are keyed by the group's step count).
+    for (int k = 0; k < 3; ++k) {
+      DP_REQUIRE_OK(gpu.step(10, k, &loss));
+      DP_REQUIRE_OK(cpu.step(10, k, &loss));
+    }
+    int64_t n = 0, steps = 0;
+    DP_REQUIRE_OK(dp_model_num_parameters(gpu.model, &n));
+    DP_REQUIRE_OK(dp_optimizer_steps(gpu.opt, &steps));
+    CHECK(steps == 3);
+    int count = 0;
+    DP_REQUIRE_OK(dp_optimizer_num_states(gpu.opt, &count));
+    std::vector<std::vector<float>> states;
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) {
+      const char* name = nullptr;
+      DP_REQUIRE_OK(dp_optimizer_state_name(gpu.opt, i, &name));
+      names.emplace_back(name);
+      states.emplace_back(static_cast<size_t>(n));
+      DP_REQUIRE_OK(dp_optimizer_copy_state(gpu.opt, name, states.back().data(), n));
+      bool nonzero = false;
+      for (float v : states.back()) nonzero = nonzero || v != 0.0f;
+      CHECK_MESSAGE(nonzero, name << " read from the GPU is all zero: the host's stale copy");
+    }
+    // The CPU group takes the GPU group's parameters and state.
+    const std::vector<float> p = params_of(gpu.model);
+    DP_REQUIRE_OK(dp_model_set_parameters(cpu.model, p.data(), n));
+    for (size_t i = 0; i < names.size(); ++i)
+      DP_REQUIRE_OK(dp_optimizer_set_state(cpu.opt, names[i].c_str(), states[i].data(), n));
+    DP_REQUIRE_OK(dp_optimizer_set_steps(cpu.opt, steps));
+    // And the GPU group is given other state: its own, halved (uploaded before its next step).
+    std::vector<std::vector<float>> halved = states;
+    for (auto& st : halved)
+      for (float& v : st) v *= 0.5f;
+    for (size_t i = 0; i < names.size(); ++i) {
+      DP_REQUIRE_OK(dp_optimizer_set_state(gpu.opt, names[i].c_str(), halved[i].data(), n));
+      DP_REQUIRE_OK(dp_optimizer_set_state(cpu.opt, names[i].c_str(), halved[i].data(), n));
+    }
+    for (int k = 3; k < 5; ++k) {
+      DP_REQUIRE_OK(gpu.step(10, k, &loss));
+      DP_REQUIRE_OK(cpu.step(10, k, &loss));
+    }
+    expect_close(params_of(gpu.model), params_of(cpu.model), "parameters 2 steps after the state was set", 1e-4, 1e-2);
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<float> g(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+      DP_REQUIRE_OK(dp_optimizer_copy_state(gpu.opt, names[i].c_str(), g.data(), n));
+      DP_REQUIRE_OK(dp_optimizer_copy_state(cpu.opt, names[i].c_str(), c.data(), n));
+      expect_close(g, c, names[i] + " 2 steps after the state was set", 1e-4, 1e-2);
+    }
+  }
+}
+
 // ------------------------------------------------------- cudnn benchmark --
 
 // Mixed precision (DP_GROUP_PRECISION). Against float32 on the CPU, bf16's

@@ -8,7 +8,7 @@ from ._data import DataLoader
 from ._errors import InternalError, _check
 from ._model import DataParallel
 from ._optim import Optimizer
-from ._util import _converting, _handle, _path
+from ._util import _dumps, _handle, _path
 
 
 def _handles(fn, group, optimizer, loader):
@@ -22,8 +22,7 @@ def save_checkpoint(path, group, optimizer=None, loader=None, metadata=None):
     g, o, ld = _handles('save_checkpoint', group, optimizer, loader)
     meta = None
     if metadata:
-        with _converting('save_checkpoint: metadata must be JSON-serialisable'):
-            meta = _json.dumps(metadata).encode()
+        meta = _dumps(metadata, 'save_checkpoint: metadata must be JSON-serialisable').encode()
     _check(_lib.checkpoint_save(_path(path, 'save_checkpoint: path'), g, o, ld, meta))
 
 

@@ -2,19 +2,19 @@
 DataLoader that batches them on worker threads."""
 import atexit
 import ctypes
-import json as _json
 import math
 import os
 import sys
+import warnings
 import weakref
 
 from . import _lib
-from ._context import _ctx
+from ._context import _ctx, device_count, device_count_why
 from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentError, OutOfRangeError, ShapeError,
                       _check)
 from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
-from ._util import _converting, _destroy, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
+from ._util import _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
 def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
@@ -194,19 +194,32 @@ class DataLoader:
     with the same dataset size, batch_size, shuffle, drop_last and seed (a
     collective call, checked). A process's share of a batch may be 0 rows:
     the loop then yields empty tensors, which train_step takes, and every
-    process's loop runs the same number of batches (len(loader))."""
+    process's loop runs the same number of batches (len(loader)).
+
+    prefetch (PyTorch's prefetch_factor, accepted too): batches assembled
+    ahead per worker. pin_memory=True: batches in page-locked memory, which
+    GPU groups copy asynchronously (as PyTorch's; without a GPU, a warning
+    and unpinned batches, as PyTorch's)."""
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, num_workers=0, prefetch=2, seed=0,
-                 reuse_buffers=True, shard=None):
+                 reuse_buffers=True, shard=None, pin_memory=False, prefetch_factor=None):
+        if prefetch_factor is not None:  # PyTorch's name for prefetch (batches ahead per worker)
+            if prefetch != 2:
+                raise ArgumentTypeError('DataLoader: give prefetch= or prefetch_factor= (the same), not both')
+            prefetch = prefetch_factor
         cfg = {'batch_size': batch_size, 'shuffle': bool(shuffle), 'drop_last': bool(drop_last),
                'num_workers': num_workers, 'prefetch': prefetch, 'seed': seed}
+        if pin_memory and not device_count('cuda'):  # as PyTorch: a warning, and unpinned batches
+            warnings.warn('DataLoader: pin_memory=True, but no usable GPU: batches are not pinned '
+                          f'({device_count_why("cuda")})', stacklevel=2)
+        elif pin_memory:  # page-locked batches, which GPU groups copy asynchronously
+            cfg['pin_memory'] = True
         ds = _handle(dataset, Dataset, 'DataLoader: dataset')
         if shard is not None and not isinstance(shard, DataParallel):
             raise ArgumentTypeError(f'DataLoader: shard: expected the DistributedDataParallel that trains on this '
                                     f'data, got {type(shard).__name__}')
         gh = _handle(shard, DataParallel, 'DataLoader: shard', optional=True)
-        with _converting('DataLoader: batch_size, num_workers, prefetch and seed must be ints'):
-            text = _json.dumps(cfg).encode()
+        text = _dumps(cfg, 'DataLoader: batch_size, num_workers, prefetch and seed must be ints').encode()
         h = ctypes.c_void_p()
         _check(_lib.loader_create(ds, text, ctypes.byref(h)))
         if shard is not None:
@@ -220,6 +233,7 @@ class DataLoader:
         self._reuse = reuse_buffers
         self._last = self._spare = (None, None)
         self._abandoned = False
+        self._iters = 0  # iterators made: the newest owns the position
         _loaders.add(self)
 
     def _handle(self):
@@ -301,18 +315,27 @@ class DataLoader:
             # A finished epoch (a checkpoint saved at its end) or an iteration
             # broken off: start the next epoch, as a new DataLoader iterator does.
             self.seek(epoch + 1, 0)
-        return self._epoch()
+        self._iters += 1
+        return self._epoch(self._iters)
 
-    def _epoch(self):
-        self._abandoned = True
+    def _epoch(self, it):
+        # A DataLoader has one position (libdp's loader): the newest iterator
+        # owns it, and an older one raises instead of reading the newer one's
+        # batches (PyTorch's iterators are independent: zip(loader, loader)).
         try:
             while True:
+                if self._iters != it:
+                    raise InvalidArgumentError('DataLoader: this iterator was replaced by a newer iter() of the same '
+                                               'DataLoader, which owns its position: iterate one at a time, or make '
+                                               'a DataLoader per iterator')
+                self._abandoned = True
                 b = self.next_batch()
                 if b is None:
                     break
                 yield b
                 del b
         except Error:
-            self._abandoned = False  # a failed batch is skipped; iterating again continues the epoch
+            if self._iters == it:
+                self._abandoned = False  # a failed batch is skipped; iterating again continues the epoch
             raise
         self._abandoned = False

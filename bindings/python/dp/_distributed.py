@@ -17,7 +17,6 @@ the global batch gives the global batch's gradients).
 """
 import ctypes
 import datetime
-import json as _json
 import operator
 import os
 import threading
@@ -27,7 +26,7 @@ from . import _lib
 from ._context import device_count
 from ._errors import ArgumentTypeError, ClosedError, InvalidArgumentError, UnsupportedError, _check
 from ._model import DataParallel, Model, _device_text, _devices
-from ._util import _converting, _destroy, _handle
+from ._util import _converting, _destroy, _dumps, _handle
 
 
 def _int_key(name, value):
@@ -112,7 +111,7 @@ class ProcessGroup:
             raise ArgumentTypeError(f'ProcessGroup: config must be a dict or JSON text, got {type(config).__name__}')
         with _converting('ProcessGroup: config'):
             if isinstance(config, dict):
-                text = _json.dumps(config).encode() if config else None
+                text = _dumps(config, 'ProcessGroup: config').encode() if config else None
             else:
                 text = (config.encode() if isinstance(config, str) else config) or None
         h = ctypes.c_void_p()

@@ -11,7 +11,7 @@ from . import _lib
 from ._context import _ctx, device_count
 from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnknownKeyError, UnsupportedError, _check
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import (_INT64, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+from ._util import (_INT64, _as_f32, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
 
 _NBT = 'num_batches_tracked'
@@ -36,13 +36,18 @@ def _with_nbt(tensors):
 
 def _sorted_by_module(tensors, param_names):
     # libdp writes parameters, then buffers; PyTorch lists each module's
-    # parameters and then its buffers, module by module.
+    # parameters and then its buffers, module by module, in the Sequential's
+    # order ("1.running_mean" of a batch norm without parameters before
+    # "2.weight").
     order = {}
     for n in list(param_names) + list(tensors):
         order.setdefault(n.rpartition('.')[0], len(order))
     pos = {n: i for i, n in enumerate(tensors)}
-    return collections.OrderedDict((n, tensors[n]) for n in
-                                   sorted(tensors, key=lambda n: (order[n.rpartition('.')[0]], pos[n])))
+
+    def key(n):
+        first = n.split('.', 1)[0]
+        return (int(first) if first.isdigit() else len(tensors), order[n.rpartition('.')[0]], pos[n])
+    return collections.OrderedDict((n, tensors[n]) for n in sorted(tensors, key=key))
 
 
 def _fail_keys(what, missing, unexpected):
@@ -223,7 +228,6 @@ class Model:
         return self._load_state_dict(state_dict, strict, '', type(self).__name__)
 
     def _load_state_dict(self, state_dict, strict, prefix, what):
-        np = _np()
         if not isinstance(state_dict, collections.abc.Mapping):
             raise ArgumentTypeError(f'load_state_dict: expected a dict of arrays, got {type(state_dict).__name__}')
         cur = self.state_dict()
@@ -242,11 +246,7 @@ class Model:
             if k.endswith(_NBT):
                 continue
             if k in given:
-                src = state_dict[given[k]]
-                if hasattr(src, 'detach') and hasattr(src, 'cpu'):  # a torch tensor
-                    src = src.detach().cpu()
-                with _converting(f'load_state_dict: {prefix + k!r} ({type(src).__name__}) as float32'):
-                    a = np.asarray(src, dtype=np.float32)
+                a = _as_f32(state_dict[given[k]], f'load_state_dict: {prefix + k!r}')
                 if a.shape != v.shape:
                     raise StateDictError(f'Error(s) in loading state_dict for {what}:\n\tsize mismatch for '
                                          f'{prefix + k}: copying a param with shape {tuple(a.shape)} from checkpoint, '
@@ -300,10 +300,13 @@ def _devices(devices):
         devices = devices.decode('utf-8', 'replace')
     if isinstance(devices, str):
         return devices
-    if hasattr(devices, '__index__'):
-        return ','.join(f'cpu:{i}' for i in range(_int(devices, 'devices')))
-    if hasattr(devices, '__iter__'):
-        return ','.join(str(d) for d in devices)
+    if hasattr(devices, '__index__') and not isinstance(devices, bool):
+        n = _int(devices, 'devices')
+        if n < 1:
+            raise InvalidArgumentError(f'devices = {n}: a count of CPU devices must be at least 1')
+        return ','.join(f'cpu:{i}' for i in range(n))
+    if hasattr(devices, '__iter__'):  # names, or ints as PyTorch's device_ids (cuda:i)
+        return _device_ids(devices)
     raise ArgumentTypeError(f'devices must be "auto", a str ("cpu:0,cpu:1"), a list of str (["cpu:0", "cuda:0"]) '
                             f'or a count of CPU devices, not {type(devices).__name__} {devices!r}')
 
@@ -321,6 +324,8 @@ class DataParallel:
 
     def __init__(self, model, devices=None, device_ids=None):
         devices = _either_devices('DataParallel', devices, device_ids)
+        if isinstance(model, DataParallel):
+            raise ArgumentTypeError('DataParallel: model is a DataParallel already; wrap its .module')
         if not isinstance(model, Model):
             model = Model(model)
         h = ctypes.c_void_p()
@@ -342,9 +347,10 @@ class DataParallel:
         nn.DataParallel's (self.module.state_dict() has the plain names)."""
         return collections.OrderedDict(('module.' + k, v) for k, v in self.model.state_dict().items())
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict, strict=True, assign=False):
         """As Model.load_state_dict, with the keys "module."-prefixed as
-        state_dict() writes them (nn.DataParallel's)."""
+        state_dict() writes them (nn.DataParallel's). assign is accepted, as
+        PyTorch's, and changes nothing (the values are copied)."""
         return self.model._load_state_dict(state_dict, strict, 'module.', type(self).__name__)
 
     def save_weights(self, path):

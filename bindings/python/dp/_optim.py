@@ -2,15 +2,12 @@
 Adam and AdamW with PyTorch's names."""
 import ctypes
 import json as _json
-import os
-import tempfile
+import math
 
 from . import _lib
 from ._errors import ArgumentTypeError, StateDictError, UnsupportedError, _check
 from ._model import DataParallel
-from ._util import _converting, _destroy, _float, _handle, _json_text, _np, _st_read, _st_write
-
-_PREFIX = 'optimizer.'
+from ._util import _as_f32, _converting, _destroy, _dumps, _float, _handle, _json_text, _np
 
 
 class Optimizer:
@@ -29,6 +26,11 @@ class Optimizer:
             self._config = _json.loads(text.decode())
         except ValueError:  # libdp took it, so it is JSON; keep going without the hyperparameters
             self._config = {}
+        # What libdp keeps but does not report: the base lr (a schedule's), whether
+        # a schedule is set, the grad scaler's settings (None: off).
+        self._base_lr = self.lr
+        self._scheduled = False
+        self._scaler_cfg = None
 
     def __del__(self):
         _destroy(self, _lib.optimizer_destroy if _lib else None)
@@ -48,7 +50,9 @@ class Optimizer:
     @lr.setter
     def lr(self, value):
         """With a schedule: its base learning rate."""
-        _check(_lib.optimizer_set_lr(self._h, _float(value, 'lr')))
+        value = _float(value, 'lr')
+        _check(_lib.optimizer_set_lr(self._h, value))
+        self._base_lr = value
 
     def set_lr_schedule(self, schedule):
         """A learning-rate schedule computed per step as PyTorch's schedulers
@@ -57,6 +61,7 @@ class Optimizer:
         "multistep", "cosine", "onecycle". None removes it."""
         text = None if schedule is None else _json_text(schedule, 'lr schedule').encode()
         _check(_lib.optimizer_set_lr_schedule(self._h, text))
+        self._scheduled = text is not None and text != b''
         return self
 
     def set_clip_grad_norm(self, max_norm):
@@ -100,8 +105,9 @@ class Optimizer:
                 raise ArgumentTypeError(f'set_grad_scaler: growth_interval must be an int, got '
                                         f'{type(growth_interval).__name__}')
             cfg['growth_interval'] = growth_interval
-            text = _json.dumps(cfg).encode()
+            text = _dumps(cfg, 'set_grad_scaler').encode()
         _check(_lib.optimizer_set_grad_scaler(self._h, text))
+        self._scaler_cfg = cfg if enabled else None
         return self
 
     def _scaler_state(self):
@@ -125,28 +131,55 @@ class Optimizer:
         """Steps the grad scaler skipped (inf/NaN gradients)."""
         return self._scaler_state()[2]
 
-    # -- state_dict: libdp exposes the optimizer's state only through
-    # checkpoints, so these go through a temporary checkpoint file.
-    def _checkpoint(self, d):
-        if self.group.global_devices[0] != self.group.num_devices:
-            raise UnsupportedError('Optimizer.state_dict/load_state_dict: not for a DistributedDataParallel (only '
-                                   'rank 0 writes checkpoints); use dp.save_checkpoint / dp.load_checkpoint')
-        p = os.path.join(d, 'optimizer.safetensors')
-        _check(_lib.checkpoint_save(os.fsencode(p), self.group._h, self._h, None, None))
-        tensors, meta = _st_read(p)
-        return p, tensors, meta
+    # -- state_dict: PyTorch's layout, over dp_optimizer_copy_state / set_state.
+    def _param_shapes(self):
+        return self.group.model.parameter_info()
 
-    def _param_names(self):
-        return [n for n, _ in self.group.model.parameter_info()]
+    def _hyperparameters(self):
+        """This optimizer's settings under PyTorch's param_groups keys, defaults
+        included, so that torch.optim's step() finds every key it reads."""
+        c, kind = self._config, self._config.get('type')
+        if kind == 'sgd':
+            return {'momentum': c.get('momentum', 0), 'dampening': c.get('dampening', 0),
+                    'weight_decay': c.get('weight_decay', 0), 'nesterov': c.get('nesterov', False),
+                    'maximize': False, 'foreach': None, 'differentiable': False, 'fused': None}
+        return {'betas': tuple(c.get('betas', (0.9, 0.999))), 'eps': c.get('eps', 1e-8),
+                'weight_decay': c.get('weight_decay', 0.01 if kind == 'adamw' else 0), 'amsgrad': False,
+                'maximize': False, 'foreach': None, 'capturable': False, 'differentiable': False, 'fused': None,
+                'decoupled_weight_decay': kind == 'adamw'}
 
     @property
     def param_groups(self):
-        """[{hyperparameters..., "lr": the current lr, "params": [0, 1, ...]}] (one group, as PyTorch's; a
-        copy: set the lr through .lr)."""
-        g = {k: v for k, v in self._config.items() if k != 'type'}
-        g['lr'] = self.lr
-        g['params'] = list(range(len(self._param_names())))
+        """[{"lr": the current lr, every hyperparameter (PyTorch's keys and
+        defaults), "initial_lr": the base lr under a schedule (as PyTorch's
+        schedulers add it), "params": [0, 1, ...]}] (one group, as PyTorch's;
+        a copy: set the lr through .lr)."""
+        g = {'lr': self.lr}
+        g.update(self._hyperparameters())
+        if self._scheduled:
+            g['initial_lr'] = self._base_lr
+        g['params'] = list(range(len(self._param_shapes())))
         return [g]
+
+    def _state_names(self):
+        n = ctypes.c_int()
+        _check(_lib.optimizer_num_states(self._h, ctypes.byref(n)))
+        names = []
+        for i in range(n.value):
+            s = ctypes.c_char_p()
+            _check(_lib.optimizer_state_name(self._h, i, ctypes.byref(s)))
+            names.append(s.value.decode())
+        return names
+
+    def _steps(self):
+        v = ctypes.c_int64()
+        _check(_lib.optimizer_steps(self._h, ctypes.byref(v)))
+        return v.value
+
+    def _need_state_abi(self, what):
+        if {'dp_optimizer_copy_state', 'dp_optimizer_set_state'} & set(_lib.missing):
+            raise UnsupportedError(f'dp: {_lib.path} predates dp_optimizer_copy_state (Optimizer.{what}); use a newer '
+                                   'libdp, or dp.save_checkpoint / dp.load_checkpoint')
 
     def state_dict(self):
         """PyTorch's layout: {"state": {param index: {"momentum_buffer" (SGD) or
@@ -156,94 +189,122 @@ class Optimizer:
         grad scaler, also "grad_scaler": its state in GradScaler.state_dict()'s
         names ("scale", "_growth_tracker", "growth_factor", ...) and
         "skipped_steps"."""
+        self._need_state_abi('state_dict')
         np = _np()
-        names = self._param_names()
-        index = {n: i for i, n in enumerate(names)}
-        with tempfile.TemporaryDirectory(prefix='dp-optim-') as d:
-            _, tensors, meta = self._checkpoint(d)
-        steps = int(meta.get('optimizer_steps', '0'))
+        shapes = self._param_shapes()
+        steps = self._steps()
         state = {}
         if steps:
-            for k, a in tensors.items():
-                if k.startswith(_PREFIX):
-                    kind, name = k[len(_PREFIX):].split('.', 1)
-                    state.setdefault(index[name], {})[kind] = a
-            for i in range(len(names)):
+            total = sum(math.prod(s) for _, s in shapes)
+            for kind in self._state_names():
+                flat = np.empty(total, np.float32)
+                _check(_lib.optimizer_copy_state(self._h, kind.encode(), flat.ctypes.data, total))
+                at = 0
+                for i, (_, shape) in enumerate(shapes):
+                    n = math.prod(shape)
+                    state.setdefault(i, {})[kind] = flat[at:at + n].reshape(shape).copy()
+                    at += n
+            for i in range(len(shapes)):
                 state.setdefault(i, {})['step'] = np.array(float(steps), np.float32)
         sd = {'state': state, 'param_groups': self.param_groups}
-        if 'grad_scaler' in meta:
-            sd['grad_scaler'] = _json.loads(meta['grad_scaler'])
+        scale, tracker, skipped = self._scaler_state()
+        if self._scaler_cfg is not None or skipped:
+            cfg = self._scaler_cfg or {}
+            sd['grad_scaler'] = {'scale': scale, 'init_scale': cfg.get('init_scale', 2.0 ** 16),
+                                 'growth_factor': cfg.get('growth_factor', 2.0),
+                                 'backoff_factor': cfg.get('backoff_factor', 0.5),
+                                 'growth_interval': cfg.get('growth_interval', 2000), '_growth_tracker': tracker,
+                                 'enabled': self._scaler_cfg is not None, 'skipped_steps': skipped}
         return sd
 
     def load_state_dict(self, state_dict):
-        """Restores what state_dict() returned (of an optimizer of the same type
-        over the same architecture): the state, the step count, the lr, and
-        the grad scaler's scale, growth tracker and skipped steps (its
-        settings stay this optimizer's; without "grad_scaler" a scaler starts
-        afresh).
+        """Restores what state_dict() returned, or a torch.optim state dict of
+        the same type over the same architecture: the state, the step count,
+        the lr (under a schedule, its base: "initial_lr"), and the grad
+        scaler's scale, growth tracker and skipped steps (its settings stay
+        this optimizer's; without "grad_scaler" a scaler starts afresh).
+        Hyperparameters are fixed when a dp optimizer is created: a state dict
+        whose momentum, betas, eps, weight_decay (...) differ from this
+        optimizer's is refused, naming them (PyTorch would adopt them). A
+        PyTorch SGD state dict has no "step": its momentum buffers count as
+        one step taken (PyTorch uses a buffer once it exists).
         dp.StateDictError (a RuntimeError) for one that does not fit; nothing
         changes then."""
+        self._need_state_abi('load_state_dict')
         np = _np()
         if not isinstance(state_dict, dict) or 'state' not in state_dict or 'param_groups' not in state_dict:
             raise ArgumentTypeError('Optimizer.load_state_dict: expected a dict with "state" and "param_groups" '
                                     '(what state_dict() returns)')
-        names = self._param_names()
+        shapes = self._param_shapes()
         groups = state_dict['param_groups']
-        if len(groups) != 1 or len(groups[0].get('params', ())) != len(names):
+        if len(groups) != 1 or len(groups[0].get('params', ())) != len(shapes):
             raise StateDictError(f'loaded state dict has {len(groups)} parameter group(s) of '
                                  f'{[len(g.get("params", ())) for g in groups]} parameters; this optimizer has one '
-                                 f'group of {len(names)}')
-        pos = {p: i for i, p in enumerate(groups[0]['params'])}
+                                 f'group of {len(shapes)}')
+        group = groups[0]
+        mine = self._hyperparameters()
+        differ = []
+        for k in ('momentum', 'dampening', 'nesterov', 'weight_decay', 'betas', 'eps', 'amsgrad', 'maximize',
+                  'decoupled_weight_decay'):
+            if k in group and group[k] is not None and k in mine:
+                a, b = group[k], mine[k]
+                same = (tuple(map(float, a)) == tuple(map(float, b))) if k == 'betas' else a == b
+                if not same:
+                    differ.append(f'{k}={a!r} (this optimizer: {b!r})')
+        if differ:
+            raise StateDictError(f'loaded state dict has other hyperparameters than this {self._config.get("type")} '
+                                 f'optimizer: {", ".join(differ)}; dp fixes them at creation: create the optimizer '
+                                 'with those values')
+        kinds = self._state_names()
+        pos = {p: i for i, p in enumerate(group['params'])}
         state = {pos.get(k, k): v for k, v in state_dict['state'].items()}
-        with tempfile.TemporaryDirectory(prefix='dp-optim-') as d:
-            p, tensors, meta = self._checkpoint(d)
-            kinds = sorted({k[len(_PREFIX):].split('.', 1)[0] for k in tensors if k.startswith(_PREFIX)})
-            steps = 0
-            for i, st in state.items():
-                if not isinstance(i, int) or not 0 <= i < len(names):
-                    raise StateDictError(f'loaded state dict has state for parameter {i!r}; this optimizer has '
-                                         f'parameters 0 to {len(names) - 1}')
-                extra = sorted(set(st) - set(kinds) - {'step'})
-                if extra:
-                    raise StateDictError(f'loaded state dict has state {extra} for parameter {i}, which a '
-                                         f'{meta.get("optimizer_type")} optimizer does not keep (it keeps {kinds})')
-                if 'step' in st:
+        staged = {kind: [np.zeros(s, np.float32) for _, s in shapes] for kind in kinds}
+        steps, buffers = 0, False
+        for i, st in state.items():
+            if not isinstance(i, int) or not 0 <= i < len(shapes):
+                raise StateDictError(f'loaded state dict has state for parameter {i!r}; this optimizer has '
+                                     f'parameters 0 to {len(shapes) - 1}')
+            st = {k: v for k, v in st.items() if v is not None}  # torch's SGD without momentum: momentum_buffer None
+            extra = sorted(set(st) - set(kinds) - {'step'})
+            if extra:
+                raise StateDictError(f'loaded state dict has state {extra} for parameter {i}, which a '
+                                     f'{self._config.get("type")} optimizer does not keep (it keeps {kinds})')
+            if 'step' in st:
+                with _converting(f'Optimizer.load_state_dict: step of parameter {i}'):
                     steps = max(steps, int(np.asarray(st['step']).reshape(())))
-            for k in list(tensors):
-                if not k.startswith(_PREFIX):
-                    continue
-                kind, name = k[len(_PREFIX):].split('.', 1)
-                st = state.get(names.index(name))
-                if not st:
-                    tensors[k] = np.zeros_like(tensors[k])
-                    continue
+            name, shape = shapes[i]
+            for kind in kinds:
                 if kind not in st:
-                    raise StateDictError(f'loaded state dict has no "{kind}" for parameter {names.index(name)} '
-                                         f'("{name}")')
-                src = st[kind]
-                if hasattr(src, 'detach') and hasattr(src, 'cpu'):
-                    src = src.detach().cpu()
-                with _converting(f'Optimizer.load_state_dict: {kind} of "{name}" as float32'):
-                    a = np.asarray(src, dtype=np.float32)
-                if a.shape != tensors[k].shape:
-                    raise StateDictError(f'size mismatch for {kind} of parameter {names.index(name)} ("{name}"): '
-                                         f'{tuple(a.shape)} in the state dict, {tuple(tensors[k].shape)} here')
-                tensors[k] = a
-            meta['optimizer_steps'] = str(steps if state else 0)
-            meta.pop('grad_scaler', None)
-            scaler = state_dict.get('grad_scaler')
-            if scaler is not None:
-                if not isinstance(scaler, dict):
-                    raise ArgumentTypeError('Optimizer.load_state_dict: "grad_scaler" must be a dict (what '
-                                            'state_dict() returns)')
-                # torch.amp.GradScaler.state_dict() has no skipped_steps: none then.
-                scaler = dict({'skipped_steps': 0}, **scaler)
-                with _converting('Optimizer.load_state_dict: "grad_scaler" must be JSON-serialisable'):
-                    meta['grad_scaler'] = _json.dumps(scaler)
-            _st_write(p, tensors, meta)
-            _check(_lib.checkpoint_load(os.fsencode(p), self.group._h, self._h, None))
-        lr = groups[0].get('lr')
-        if lr is not None and lr != self.lr:
+                    if st:
+                        raise StateDictError(f'loaded state dict has no "{kind}" for parameter {i} ("{name}")')
+                    continue
+                a = _as_f32(st[kind], f'Optimizer.load_state_dict: {kind} of "{name}"')
+                if a.shape != tuple(shape):
+                    raise StateDictError(f'size mismatch for {kind} of parameter {i} ("{name}"): '
+                                         f'{tuple(a.shape)} in the state dict, {tuple(shape)} here')
+                staged[kind][i] = a
+                buffers = True
+        if buffers and steps == 0:
+            steps = 1  # torch.optim.SGD keeps no step: a buffer that exists is used
+        scaler = state_dict.get('grad_scaler')
+        if scaler is not None:
+            if not isinstance(scaler, dict):
+                raise ArgumentTypeError('Optimizer.load_state_dict: "grad_scaler" must be a dict (what '
+                                        'state_dict() returns)')
+            with _converting('Optimizer.load_state_dict: "grad_scaler"'):
+                sc = (float(scaler['scale']), int(scaler.get('_growth_tracker', 0)),
+                      int(scaler.get('skipped_steps', 0)))  # torch's GradScaler.state_dict() has no skipped_steps
+        else:
+            cfg = self._scaler_cfg or {}
+            sc = (float(cfg.get('init_scale', 2.0 ** 16)), 0, 0)  # afresh
+        lr = group.get('initial_lr', group.get('lr')) if self._scheduled else group.get('lr')
+        # All checked but the scaler's values (checked first by libdp); then write.
+        _check(_lib.optimizer_set_grad_scaler_state(self._h, *sc))
+        for kind, parts in staged.items():
+            flat = np.ascontiguousarray(np.concatenate([p.reshape(-1) for p in parts]), np.float32)
+            _check(_lib.optimizer_set_state(self._h, kind.encode(), flat.ctypes.data, flat.size))
+        _check(_lib.optimizer_set_steps(self._h, steps))
+        if lr is not None and lr != self._base_lr:
             self.lr = lr
 
 

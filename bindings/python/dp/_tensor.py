@@ -251,7 +251,7 @@ def tensor(data, dtype=None, ctx=None):
         a = np.asarray(data)
     name = _dtype_name(dtype) or ('int64' if a.dtype.kind in 'iub' else 'float32')
     with _converting(f'dp.tensor: {type(data).__name__} of dtype {a.dtype} as {name}'):
-        a = np.ascontiguousarray(a, dtype=name)
+        a = np.asarray(a, dtype=name, order='C')  # (ascontiguousarray would make a 0-d array 1-d)
     c = _ctx(ctx)
     nd, shp = _shape_in(a.shape)
     h = ctypes.c_void_p()

@@ -27,6 +27,8 @@ def _converting(what):
         raise ArgumentTypeError(f'{what}: {e}') from e
     except (ValueError, OverflowError) as e:
         raise InvalidArgumentError(f'{what}: {e}') from e
+    except (RuntimeError, NotImplementedError) as e:  # e.g. torch: a tensor that requires grad, a meta tensor
+        raise InvalidArgumentError(f'{what}: {type(e).__name__}: {e}') from e
 
 
 def _int(value, what, bounds=_INT64):
@@ -106,11 +108,36 @@ def _path(p, what='path'):
         return os.fsencode(os.fspath(p))
 
 
+def _as_f32(src, what):
+    """A state_dict value (NumPy array, dp tensor, torch CPU tensor, list)
+    as a float32 NumPy array; ArgumentTypeError / InvalidArgumentError naming
+    `what` for None or what cannot be one (a meta or GPU torch tensor...)."""
+    if src is None:
+        raise ArgumentTypeError(f'{what}: None is not an array')
+    with _converting(f'{what} ({type(src).__name__}) as float32'):
+        if hasattr(src, 'detach') and hasattr(src, 'cpu'):  # a torch tensor
+            src = src.detach().cpu()
+        return _np().asarray(src, dtype=_np().float32)
+
+
+def _dumps(spec, what):
+    """spec as JSON text: NumPy scalars and arrays (np.float32(0.1),
+    np.array([0.9, 0.999])) as numbers and lists; NaN and infinity refused
+    (InvalidArgumentError naming `what`), as JSON has neither."""
+    def value(v):
+        if hasattr(v, 'item') and getattr(v, 'ndim', None) == 0:
+            return v.item()
+        if hasattr(v, 'tolist') and hasattr(v, 'ndim'):
+            return v.tolist()
+        raise ArgumentTypeError(f'{what}: cannot be written as JSON: {type(v).__name__} {v!r} is not a JSON value')
+    with _converting(f'{what}: cannot be written as JSON'):
+        return _json.dumps(spec, default=value, allow_nan=False)
+
+
 def _json_text(spec, what='config'):
     """A dict, list, JSON text (str) or UTF-8 JSON bytes as JSON text."""
     if isinstance(spec, (dict, list)):
-        with _converting(f'{what}: cannot be written as JSON'):
-            return _json.dumps(spec)
+        return _dumps(spec, what)
     if isinstance(spec, bytes):
         try:
             return spec.decode()
@@ -158,7 +185,7 @@ def _st_write(path, tensors, metadata=None):
     if metadata:
         header['__metadata__'] = {str(k): str(v) for k, v in metadata.items()}
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order='C')  # 0-d stays 0-d (num_batches_tracked: shape [], as torch writes it)
         code = {'float32': 'F32', 'int64': 'I64', 'float64': 'F64'}[a.dtype.name]
         b = a.astype(_ST_DTYPES[code], copy=False).tobytes()
         header[name] = {'dtype': code, 'shape': list(a.shape), 'data_offsets': [at, at + len(b)]}

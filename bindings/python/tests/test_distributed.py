@@ -55,6 +55,10 @@ def train(net, shard):
     return opt, loader, losses, rows, evals
 
 
+def momentum_of(opt):
+    return np.concatenate([st['momentum_buffer'].ravel() for st in opt.state_dict()['state'].values()])
+
+
 def worker(mode, rank, port, out):
     """A rank of a world of 2 (this file run as a script): joins the default
     group as `mode` says, trains, checkpoints, and writes what it saw to out."""
@@ -76,13 +80,15 @@ def worker(mode, rank, port, out):
     info['global_devices'] = net.global_devices
     opt, loader, losses, rows, evals = train(net, shard=True)
     params = net.model.parameters()
+    momentum = momentum_of(opt)
+    opt.load_state_dict(opt.state_dict())  # each rank holds the whole state: no checkpoint needed
     ckpt = os.path.join(out, 'ckpt.safetensors')
     dp.save_checkpoint(ckpt, net, opt, loader, {'rank': rank})  # collective: rank 0 writes
     dp.barrier()
     dp.load_checkpoint(ckpt, net, opt, loader)  # every rank reads
     info['checkpoint_metadata_rank'] = dp.checkpoint_metadata(ckpt)['rank']
     info['loader_position'] = loader.position
-    np.savez(os.path.join(out, f'rank{rank}.npz'), params=params, after_load=net.model.parameters(),
+    np.savez(os.path.join(out, f'rank{rank}.npz'), params=params, after_load=net.model.parameters(), momentum=momentum,
              losses=np.array(losses), rows=np.array(rows), evals=np.array(evals))
     with open(os.path.join(out, f'rank{rank}.json'), 'w') as f:
         json.dump(info, f)
@@ -142,8 +148,8 @@ def launch(mode, out):
 def reference():
     """One process, two devices: what the two processes must reproduce."""
     net = dp.DataParallel(dp.Model(SPEC), 'cpu:0,cpu:1')
-    _, _, losses, rows, evals = train(net, shard=False)
-    return net.model.parameters(), losses, rows, evals
+    opt, _, losses, rows, evals = train(net, shard=False)
+    return net.model.parameters(), losses, rows, evals, momentum_of(opt)
 
 
 @pytest.mark.parametrize('mode', ['env', 'args'])
@@ -151,7 +157,7 @@ def test_two_processes_train_as_one_process_of_two_devices(tmp_path, reference, 
     launch(mode, str(tmp_path))
     ranks = [np.load(tmp_path / f'rank{r}.npz') for r in range(2)]
     infos = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(2)]
-    ref_params, ref_losses, ref_rows, ref_evals = reference
+    ref_params, ref_losses, ref_rows, ref_evals, ref_momentum = reference
     for r, info in enumerate(infos):
         assert info['rank'] == r and info['world_size'] == 2 and info['local_rank'] == r
         assert info['initialized'] and not info['initialized_after']
@@ -173,6 +179,9 @@ def test_two_processes_train_as_one_process_of_two_devices(tmp_path, reference, 
     np.testing.assert_allclose(ranks[0]['params'], ref_params, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(ranks[0]['losses'], ref_losses, rtol=1e-5)
     np.testing.assert_allclose(ranks[0]['evals'], ref_evals, rtol=1e-5)
+    # The optimizer's state_dict on every rank: the same, bitwise, and the one process's.
+    assert np.array_equal(ranks[0]['momentum'], ranks[1]['momentum'])
+    np.testing.assert_allclose(ranks[0]['momentum'], ref_momentum, rtol=1e-5, atol=1e-6)
     # load_checkpoint on every rank restored what rank 0 saved.
     for r in range(2):
         assert np.array_equal(ranks[r]['after_load'], ranks[0]['params'])

@@ -138,6 +138,86 @@ def test_optimizer_state_dict_resumes_exactly(kind):
         opt2.load_state_dict(bad)
 
 
+def _trained(kind, steps=3, seed=1, schedule=None):
+    m = dp.Model(dict(SMALL, seed=seed))
+    net = dp.DataParallel(m, 1)
+    opt = dp.SGD(net, lr=0.1, momentum=0.9) if kind == 'sgd' else dp.Adam(net, lr=0.01)
+    if schedule:
+        opt.set_lr_schedule(schedule)
+    x, y = batch()
+    for _ in range(steps):
+        net.train_step(opt, x, y)
+    return m, net, opt
+
+
+def test_optimizer_param_groups_have_pytorchs_keys_and_defaults():
+    # torch 2.x's param_groups keys (torch.optim.Adam/SGD(...).state_dict()),
+    # so that torch.optim's step() finds each one after load_state_dict.
+    _, net, _ = _trained('sgd', 0)
+    g = dp.SGD(net, lr=0.1).param_groups[0]
+    assert set(g) == {'lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'maximize', 'foreach',
+                      'differentiable', 'fused', 'params'}
+    assert (g['momentum'], g['dampening'], g['weight_decay'], g['nesterov']) == (0, 0, 0, False)
+    for cls, wd, decoupled in ((dp.Adam, 0, False), (dp.AdamW, 0.01, True)):
+        g = cls(net, lr=0.01).param_groups[0]
+        assert set(g) == {'lr', 'betas', 'eps', 'weight_decay', 'amsgrad', 'maximize', 'foreach', 'capturable',
+                          'differentiable', 'fused', 'decoupled_weight_decay', 'params'}
+        assert (g['betas'], g['eps'], g['weight_decay'], g['decoupled_weight_decay']) == ((0.9, 0.999), 1e-8, wd,
+                                                                                         decoupled)
+
+
+def test_optimizer_state_dict_without_step_as_torch_sgd_writes_it():
+    """torch.optim.SGD keeps momentum_buffer and no "step": its buffers are
+    used from the next step on (they were dropped before: 0.03 apart)."""
+    m, net, opt = _trained('sgd')
+    sd = opt.state_dict()
+    for st in sd['state'].values():
+        del st['step']
+    m2, net2, opt2 = _trained('sgd', 0, seed=9)
+    m2.load_state_dict(m.state_dict())
+    opt2.load_state_dict(sd)
+    x, y = batch(seed=1)
+    for _ in range(2):
+        assert net.train_step(opt, x, y) == net2.train_step(opt2, x, y)
+    assert np.array_equal(m.parameters(), m2.parameters())
+
+
+def test_optimizer_state_dict_resumes_a_schedule_once():
+    """param_groups holds the schedule's base as "initial_lr" (as PyTorch's
+    schedulers add it): a resumed run follows the uninterrupted one's lrs (the
+    scheduled lr was taken as the base before, and scheduled twice)."""
+    sched = {'type': 'step', 'step_size': 2, 'gamma': 0.5}
+    m, net, opt = _trained('sgd', 4, schedule=sched)
+    sd = opt.state_dict()
+    assert sd['param_groups'][0]['initial_lr'] == 0.1 and sd['param_groups'][0]['lr'] == opt.lr == 0.05
+    m2, net2, opt2 = _trained('sgd', 0, seed=9, schedule=sched)
+    m2.load_state_dict(m.state_dict())
+    opt2.load_state_dict(sd)
+    x, y = batch(seed=2)
+    for _ in range(4):
+        net.train_step(opt, x, y)
+        net2.train_step(opt2, x, y)
+        assert opt.lr == opt2.lr
+    assert np.array_equal(m.parameters(), m2.parameters())
+
+
+def test_optimizer_load_state_dict_refuses_other_hyperparameters():
+    """dp fixes hyperparameters at creation; PyTorch's load_state_dict adopts
+    the dict's: a dict with others is refused, naming them, nothing changed."""
+    _, net, opt = _trained('sgd')
+    sd = opt.state_dict()
+    other = dp.SGD(net, lr=0.1, momentum=0.5, weight_decay=0.1)
+    with pytest.raises(dp.StateDictError, match=r'momentum=0.9 \(this optimizer: 0.5\), weight_decay=0 '):
+        other.load_state_dict(sd)
+    assert other.state_dict()['state'] == {}
+    _, net_a, adam = _trained('adam')
+    with pytest.raises(dp.StateDictError, match='decoupled_weight_decay=False'):
+        dp.AdamW(net_a, lr=0.01, weight_decay=0).load_state_dict(adam.state_dict())
+    with pytest.raises(dp.StateDictError, match='amsgrad=True'):
+        dp.Adam(net_a, lr=0.01).load_state_dict(dict(adam.state_dict(), param_groups=[
+            dict(adam.state_dict()['param_groups'][0], amsgrad=True)]))
+
+
 # -- 2. DataParallel(...).module, device_ids=
 
 def test_module_and_device_ids():
@@ -191,6 +271,89 @@ def test_kept_batches_are_not_refilled():
     assert [b[1].numpy().tolist() for b in kept] == [list(range(i, min(i + 10, 35))) for i in range(0, 35, 10)]
 
 
+def test_a_second_iterator_takes_over_and_the_first_one_says_so():
+    """A DataLoader has one position: zip(loader, loader) raises instead of
+    splitting the batches between the two (it yielded (0, 5), (10, 15)), and
+    a running iterator raises once iter() is called again (it went on in the
+    new epoch)."""
+    loader = dp.DataLoader(dp.Dataset.from_arrays(np.zeros((20, 1), np.float32), np.arange(20)), batch_size=5)
+    with pytest.raises(dp.InvalidArgumentError, match='replaced by a newer iter'):
+        list(zip(loader, loader))
+    first = iter(loader)
+    assert next(first)[1].numpy().tolist() == [0, 1, 2, 3, 4]
+    second = iter(loader)  # a new epoch, as a new iterator starts one
+    with pytest.raises(dp.InvalidArgumentError, match='replaced by a newer iter'):
+        next(first)
+    assert [y.numpy()[0] for _, y in second] == [0, 5, 10, 15]
+    assert [y.numpy()[0] for _, y in loader] == [0, 5, 10, 15]  # and the loader goes on as before
+
+
+def test_loader_takes_pytorchs_pin_memory_and_prefetch_factor():
+    ds = dp.Dataset.from_arrays(np.zeros((10, 3), np.float32), np.zeros(10, np.int64))
+    assert [x.shape[0] for x, _ in dp.DataLoader(ds, batch_size=4, num_workers=2, prefetch_factor=3)] == [4, 4, 2]
+    with pytest.raises(dp.ArgumentTypeError, match='not both'):
+        dp.DataLoader(ds, batch_size=4, prefetch=3, prefetch_factor=3)
+    if dp.device_count('cuda') == 0:  # as PyTorch without an accelerator: a warning, unpinned batches
+        with pytest.warns(UserWarning, match='pin_memory=True, but no usable GPU'):
+            loader = dp.DataLoader(ds, batch_size=4, pin_memory=True)
+        assert len(loader) == 3
+
+
+def test_numpy_values_in_configs_and_nan_refused():
+    net = dp.DataParallel(dp.Model(SMALL), 1)
+    assert dp.SGD(net, lr=np.float32(0.5)).lr == 0.5
+    assert dp.Adam(net, lr=0.01, betas=np.array([0.8, 0.9])).param_groups[0]['betas'] == (0.8, 0.9)
+    ds = dp.Dataset.from_arrays(np.zeros((8, 4), np.float32), np.zeros(8, np.int64))
+    assert len(dp.DataLoader(ds, batch_size=np.int64(4))) == 2
+    with pytest.raises(dp.InvalidArgumentError, match='optimizer config: cannot be written as JSON: Out of range'):
+        dp.SGD(net, lr=float('nan'))
+
+
+def test_zero_dim_arrays_stay_zero_dim():
+    assert dp.tensor(3.5).shape == () and dp.tensor(np.float32(2)).item() == 2.0
+    assert dp.tensor([[1, 2]]).shape == (1, 2)
+    t = np.arange(6, dtype=np.float32).reshape(2, 3).T  # not contiguous: copied in order
+    assert np.array_equal(dp.tensor(t).numpy(), t)
+
+
+def test_state_dict_orders_modules_as_torch_with_buffer_only_layers():
+    spec = {'input': {'shape': [4]}, 'layers': [{'type': 'linear', 'out_features': 4},
+                                                {'type': 'batch_norm', 'affine': False},
+                                                {'type': 'linear', 'out_features': 2}]}
+    assert list(dp.Model(spec).state_dict()) == ['0.weight', '0.bias', '1.running_mean', '1.running_var',
+                                                 '1.num_batches_tracked', '2.weight', '2.bias']
+
+
+def test_device_arguments_as_pytorch_and_clear_refusals():
+    m = dp.Model(SMALL)
+    with pytest.raises(dp.InvalidArgumentError, match='devices = 0: a count of CPU devices must be at least 1'):
+        dp.DataParallel(m, 0)
+    with pytest.raises(dp.ArgumentTypeError, match='not bool True'):
+        dp.DataParallel(m, True)
+    with pytest.raises(dp.ArgumentTypeError, match='a DataParallel already; wrap its .module'):
+        dp.DataParallel(dp.DataParallel(m, 1))
+    if dp.device_count('cuda') == 0:  # ints in the list are PyTorch's device_ids: cuda:i
+        with pytest.raises(dp.DeviceError, match='cuda'):
+            dp.DataParallel(m, [0])
+    assert dp.DataParallel(m, ['cpu:0', 'cpu:1']).num_devices == 2
+
+
+def test_conversion_failures_are_dp_errors():
+    """What an argument's own conversion raises (torch: a tensor that requires
+    grad, a meta tensor) comes out as a dp.Error, as the README promises."""
+    class Refuses:
+        def __array__(self, *args, **kwargs):
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad")
+    with pytest.raises(dp.InvalidArgumentError, match='RuntimeError: Can.t call numpy'):
+        dp.tensor(Refuses())
+    m = dp.Model(SMALL)
+    sd = m.state_dict()
+    with pytest.raises(dp.InvalidArgumentError, match="'0.bias'.*RuntimeError"):
+        m.load_state_dict(dict(sd, **{'0.bias': Refuses()}))
+    with pytest.raises(dp.ArgumentTypeError, match="'0.bias': None is not an array"):
+        m.load_state_dict(dict(sd, **{'0.bias': None}))
+
+
 # -- 4. weights for PyTorch in one call
 
 def test_save_weights_has_exactly_torchs_keys(tmp_path):
@@ -204,6 +367,7 @@ def test_save_weights_has_exactly_torchs_keys(tmp_path):
         assert list(tensors) == list(m.state_dict()) or set(tensors) == set(m.state_dict())
         assert not any(k.startswith('optimizer.') for k in tensors)
         assert tensors['2.num_batches_tracked'].dtype == np.int64
+        assert tensors['2.num_batches_tracked'].shape == ()  # a 0-d tensor, as torch writes it (was [1])
         m2 = dp.Model(MLP_BN)
         dp.load_weights(m2, p)  # dp reads what it wrote for torch
         assert np.array_equal(m2.parameters(), m.parameters()) and np.array_equal(m2.buffers(), m.buffers())

@@ -64,6 +64,12 @@ static std::string at_least(int64_t min_value) {
   return "an integer >= " + std::to_string(min_value);
 }
 
+// at_least(min_value), or "an integer in [min, max]" when max_value bounds it.
+static std::string between(int64_t min_value, int64_t max_value) {
+  if (max_value == INT64_MAX) return at_least(min_value);
+  return "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]";
+}
+
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value) {
   const json* v = get(key);
   if (!v) return default_value;
@@ -75,7 +81,7 @@ int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value,
   const json* v = get(key);
   if (!v) return default_value;
   if (!v->is_number_integer() || v->get<int64_t>() < min_value || v->get<int64_t>() > max_value)
-    bad(key, "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]", *v);
+    bad(key, between(min_value, max_value), *v);
   return v->get<int64_t>();
 }
 
@@ -84,20 +90,22 @@ int64_t Args::required_integer(const char* key, int64_t min_value) {
   return integer(key, 0, min_value);
 }
 
-std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value) {
+std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value,
+                                  int64_t max_value) {
   const json* v = get(key);
   if (!v) return default_value;
-  std::string what = at_least(min_value) + " or a list of two";
-  if (v->is_number_integer() && v->get<int64_t>() >= min_value) return {v->get<int64_t>(), v->get<int64_t>()};
-  if (v->is_array() && v->size() == 2 && (*v)[0].is_number_integer() && (*v)[1].is_number_integer() &&
-      (*v)[0].get<int64_t>() >= min_value && (*v)[1].get<int64_t>() >= min_value)
-    return {(*v)[0].get<int64_t>(), (*v)[1].get<int64_t>()};
-  bad(key, what, *v);
+  auto ok = [&](const json& x) {
+    return x.is_number_integer() && x.get<int64_t>() >= min_value && x.get<int64_t>() <= max_value;
+  };
+  if (ok(*v)) return {v->get<int64_t>(), v->get<int64_t>()};
+  if (v->is_array() && v->size() == 2 && ok((*v)[0]) && ok((*v)[1])) return {(*v)[0].get<int64_t>(), (*v)[1].get<int64_t>()};
+  bad(key, between(min_value, max_value) + " or a list of two", *v);
 }
 
-std::array<int64_t, 2> Args::required_pair(const char* key, int64_t min_value) {
-  if (!has(key)) fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + at_least(min_value) + " or a list of two");
-  return pair(key, {0, 0}, min_value);
+std::array<int64_t, 2> Args::required_pair(const char* key, int64_t min_value, int64_t max_value) {
+  if (!has(key))
+    fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + between(min_value, max_value) + " or a list of two");
+  return pair(key, {0, 0}, min_value, max_value);
 }
 
 static std::string range(double lo, double hi) {

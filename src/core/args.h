@@ -36,9 +36,11 @@ class Args {
   // An integer in [min_value, max_value].
   int64_t integer(const char* key, int64_t default_value, int64_t min_value, int64_t max_value);
   int64_t required_integer(const char* key, int64_t min_value);
-  // An integer or a list of two, as PyTorch's kernel_size=3 or (3, 5).
-  std::array<int64_t, 2> pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value);
-  std::array<int64_t, 2> required_pair(const char* key, int64_t min_value);
+  // An integer or a list of two, as PyTorch's kernel_size=3 or (3, 5), each in
+  // [min_value, max_value].
+  std::array<int64_t, 2> pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value,
+                              int64_t max_value = INT64_MAX);
+  std::array<int64_t, 2> required_pair(const char* key, int64_t min_value, int64_t max_value = INT64_MAX);
   // A number in [lo, hi].
   double number(const char* key, double default_value, double lo, double hi);
   std::vector<double> numbers(const char* key, std::vector<double> default_value, size_t count, double lo, double hi);

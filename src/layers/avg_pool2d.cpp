@@ -89,9 +89,9 @@ class AvgPool2d final : public Layer, public AvgPool2dAttrs {
 
 std::unique_ptr<Layer> make_avg_pool2d(Args& a) {
   auto l = std::make_unique<AvgPool2d>();
-  auto k = a.required_pair("kernel_size", 1);
-  auto s = a.pair("stride", k, 1);
-  auto p = a.pair("padding", {0, 0}, 0);
+  auto k = required_window_arg(a, "kernel_size");
+  auto s = window_arg(a, "stride", k, 1);
+  auto p = window_arg(a, "padding", {0, 0}, 0);
   l->ceil_ = a.boolean("ceil_mode", false);
   l->include_pad_ = a.boolean("count_include_pad", true);
   if (p[0] > k[0] / 2 || p[1] > k[1] / 2)

@@ -237,10 +237,10 @@ std::unique_ptr<Layer> make_conv2d(Args& a) {
   auto l = std::make_unique<Conv2d>();
   l->cin_ = a.integer("in_channels", 0, 1);
   l->cout_ = a.required_integer("out_channels", 1);
-  auto k = a.required_pair("kernel_size", 1);
-  auto s = a.pair("stride", {1, 1}, 1);
-  auto p = a.pair("padding", {0, 0}, 0);
-  auto d = a.pair("dilation", {1, 1}, 1);
+  auto k = required_window_arg(a, "kernel_size");
+  auto s = window_arg(a, "stride", {1, 1}, 1);
+  auto p = window_arg(a, "padding", {0, 0}, 0);
+  auto d = window_arg(a, "dilation", {1, 1}, 1);
   l->groups_ = a.integer("groups", 1, 1);
   l->bias_ = a.boolean("bias", true);
   l->kh_ = k[0], l->kw_ = k[1], l->sh_ = s[0], l->sw_ = s[1];

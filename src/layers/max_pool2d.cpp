@@ -110,10 +110,10 @@ class MaxPool2d final : public Layer, public MaxPool2dAttrs {
 
 std::unique_ptr<Layer> make_max_pool2d(Args& a) {
   auto l = std::make_unique<MaxPool2d>();
-  auto k = a.required_pair("kernel_size", 1);
-  auto s = a.pair("stride", k, 1);
-  auto p = a.pair("padding", {0, 0}, 0);
-  auto d = a.pair("dilation", {1, 1}, 1);
+  auto k = required_window_arg(a, "kernel_size");
+  auto s = window_arg(a, "stride", k, 1);
+  auto p = window_arg(a, "padding", {0, 0}, 0);
+  auto d = window_arg(a, "dilation", {1, 1}, 1);
   l->ceil_ = a.boolean("ceil_mode", false);
   if (p[0] > k[0] / 2 || p[1] > k[1] / 2)
     fail(DP_ERR_MODEL, a.path_of("padding") + ": padding " + pair_str(p[0], p[1]) +

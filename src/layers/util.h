@@ -1,5 +1,6 @@
 // Small helpers shared by the built-in layers (not part of the layer API).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,8 +30,25 @@ inline int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
+// The most a window layer's kernel_size, stride, padding or dilation may be
+// (cuDNN takes them as int). With them at most this and the input at most
+// 2^59 elements (Shape::checked_numel), window_out cannot overflow int64:
+// d * (k - 1) < 2^62, and in + 2 * p stays below 2^60.
+constexpr int64_t kMaxWindowArg = INT32_MAX;
+
+// A window layer's kernel_size, stride, padding or dilation from its JSON: at
+// least min_value, at most kMaxWindowArg.
+inline std::array<int64_t, 2> window_arg(Args& a, const char* key, std::array<int64_t, 2> default_value,
+                                         int64_t min_value) {
+  return a.pair(key, default_value, min_value, kMaxWindowArg);
+}
+inline std::array<int64_t, 2> required_window_arg(Args& a, const char* key) {
+  return a.required_pair(key, 1, kMaxWindowArg);
+}
+
 // Output length of a convolution or pooling window, as PyTorch computes it
-// (pooling_output_shape): may be <= 0 when the input is too small.
+// (pooling_output_shape): may be <= 0 when the input is too small. Its
+// arguments come through window_arg (bounded: no overflow).
 inline int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
   int64_t eff = d * (k - 1) + 1;
   int64_t o = floor_div(in + 2 * p - eff + (ceil_mode ? s - 1 : 0), s) + 1;

@@ -110,3 +110,28 @@ TEST_CASE("conv2d: errors") {
   expect_error([] { make_layer({{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 2}, {"padding", -1}}); },
                DP_ERR_MODEL, {"/layers/0/padding"});
 }
+
+// 2 * padding or dilation * (kernel_size - 1) past int64 gave a wrong output
+// shape (and a forward over memory never written): each size is at most
+// 2^31 - 1, named by its key.
+TEST_CASE("conv2d and the pools: sizes past 2^31 - 1 are refused, naming the key") {
+  const int64_t huge = INT64_MAX;
+  const nlohmann::json bad_values[] = {huge, {1, huge}, int64_t{1} << 31};
+  for (const char* type : {"conv2d", "max_pool2d", "avg_pool2d"})
+    for (const char* key : {"kernel_size", "stride", "padding", "dilation"}) {
+      if (std::string(type) == "avg_pool2d" && std::string(key) == "dilation") continue;
+      for (const auto& v : bad_values) {
+        CAPTURE(type);
+        CAPTURE(key);
+        nlohmann::json j{{"type", type}, {"kernel_size", 3}};
+        if (std::string(type) == "conv2d") j["out_channels"] = 1;
+        j[key] = v;
+        expect_error([&] { make_layer(j); }, DP_ERR_MODEL, {std::string("/layers/0/") + key, "2147483647"});
+      }
+    }
+  // The largest accepted dilation with a large kernel still gives PyTorch's shape (here: too small).
+  auto l = make_layer({{"type", "conv2d"}, {"out_channels", 1}, {"kernel_size", 3}, {"dilation", INT32_MAX}});
+  expect_error([&] { l->infer({Shape{1, 8, 8}}); }, DP_ERR_SHAPE, {"empty"});
+  auto p = make_layer({{"type", "conv2d"}, {"out_channels", 1}, {"kernel_size", 3}, {"padding", INT32_MAX}});
+  CHECK(p->infer({Shape{1, 8, 8}}) == Shape{1, 4294967300, 4294967300});
+}

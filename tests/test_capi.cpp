@@ -260,6 +260,14 @@ TEST_CASE("bad model JSON: a clear error naming the JSON path and what is valid"
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "a"}, {"type": "relu", "name": "a"}]})",
             DP_ERR_MODEL, {"/layers/1/name", "already used"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "optimiser": 1})", DP_ERR_MODEL, {"unknown key 'optimiser'"});
+  // An integer past INT64_MAX is quoted as written, not read as -1 (which a
+  // dim would have taken as valid).
+  f.rejects(R"({"input": {"shape": [18446744073709551615]}, "layers": [{"type": "relu"}]})", DP_ERR_MODEL,
+            {"/input/shape", "18446744073709551615"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "softmax", "dim": 18446744073709551615}]})", DP_ERR_MODEL,
+            {"/layers/0/dim", "18446744073709551615"});
+  f.rejects(R"({"input": {"shape": [3, 8, 8]}, "layers": [{"type": "max_pool2d", "kernel_size": [2, 18446744073709551615]}]})",
+            DP_ERR_MODEL, {"/layers/0/kernel_size", "18446744073709551615"});
 }
 
 TEST_CASE("shape mismatches name both layers and both shapes") {

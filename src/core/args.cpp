@@ -46,12 +46,23 @@ Args::Args(const json& obj, std::string path) : obj_(obj), path_(std::move(path)
     fail(DP_ERR_MODEL, (path_.empty() ? "/" : path_) + ": expected an object, got " + json_brief(obj));
 }
 
-bool Args::has(const char* key) const { return obj_.contains(key); }
+bool Args::has(const char* key) const {
+  asked_.insert(key);
+  return obj_.contains(key);
+}
 
 const json* Args::get(const char* key) {
   used_.insert(key);
   auto it = obj_.find(key);
   return it == obj_.end() ? nullptr : &*it;
+}
+
+// v as an int64, or false: not an integer, or an unsigned one past INT64_MAX
+// (18446744073709551615 would read as -1).
+static bool as_int64(const json& v, int64_t* out) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) return false;
+  *out = v.get<int64_t>();
+  return true;
 }
 
 void Args::bad(const char* key, const std::string& expected, const json& got) const {
@@ -73,16 +84,17 @@ static std::string between(int64_t min_value, int64_t max_value) {
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value) {
   const json* v = get(key);
   if (!v) return default_value;
-  if (!v->is_number_integer() || v->get<int64_t>() < min_value) bad(key, at_least(min_value), *v);
-  return v->get<int64_t>();
+  int64_t x = 0;
+  if (!as_int64(*v, &x) || x < min_value) bad(key, at_least(min_value), *v);
+  return x;
 }
 
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value, int64_t max_value) {
   const json* v = get(key);
   if (!v) return default_value;
-  if (!v->is_number_integer() || v->get<int64_t>() < min_value || v->get<int64_t>() > max_value)
-    bad(key, between(min_value, max_value), *v);
-  return v->get<int64_t>();
+  int64_t x = 0;
+  if (!as_int64(*v, &x) || x < min_value || x > max_value) bad(key, between(min_value, max_value), *v);
+  return x;
 }
 
 int64_t Args::required_integer(const char* key, int64_t min_value) {
@@ -94,11 +106,10 @@ std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> defaul
                                   int64_t max_value) {
   const json* v = get(key);
   if (!v) return default_value;
-  auto ok = [&](const json& x) {
-    return x.is_number_integer() && x.get<int64_t>() >= min_value && x.get<int64_t>() <= max_value;
-  };
-  if (ok(*v)) return {v->get<int64_t>(), v->get<int64_t>()};
-  if (v->is_array() && v->size() == 2 && ok((*v)[0]) && ok((*v)[1])) return {(*v)[0].get<int64_t>(), (*v)[1].get<int64_t>()};
+  int64_t a = 0, b = 0;
+  auto ok = [&](const json& x, int64_t* out) { return as_int64(x, out) && *out >= min_value && *out <= max_value; };
+  if (ok(*v, &a)) return {a, a};
+  if (v->is_array() && v->size() == 2 && ok((*v)[0], &a) && ok((*v)[1], &b)) return {a, b};
   bad(key, between(min_value, max_value) + " or a list of two", *v);
 }
 
@@ -158,8 +169,9 @@ std::vector<int64_t> Args::integers(const char* key, std::vector<int64_t> defaul
   if (!v->is_array()) bad(key, "a list of integers", *v);
   std::vector<int64_t> out;
   for (const auto& x : *v) {
-    if (!x.is_number_integer()) bad(key, "a list of integers", *v);
-    out.push_back(x.get<int64_t>());
+    int64_t i = 0;
+    if (!as_int64(x, &i)) bad(key, "a list of integers (each at most 2^63 - 1)", *v);
+    out.push_back(i);
   }
   return out;
 }
@@ -167,8 +179,10 @@ std::vector<int64_t> Args::integers(const char* key, std::vector<int64_t> defaul
 void Args::finish(const std::string& what) const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it) {
     if (used_.count(it.key())) continue;
+    std::set<std::string> keys = used_;
+    keys.insert(asked_.begin(), asked_.end());
     std::string known;
-    for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
+    for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
     fail(DP_ERR_MODEL, path_of(it.key().c_str()) + ": unknown key '" + it.key() + "' for " + what + " (known: " + known + ")");
   }
 }

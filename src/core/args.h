@@ -29,6 +29,7 @@ class Args {
   const std::string& path() const { return path_; }
   const nlohmann::json& object() const { return obj_; }  // the JSON object read (plugins get it as text)
   std::string path_of(const char* key) const { return path_ + "/" + key; }
+  // Whether obj has the key; the key counts as known (finish lists it) but not as read.
   bool has(const char* key) const;
 
   // Integers >= min_value; `required` ones throw when absent.
@@ -51,7 +52,8 @@ class Args {
 
   // Marks keys that the caller handles itself (type, name, inputs...).
   void accept(const char* key) { used_.insert(key); }
-  // Throws for a key never read: "/layers/2: unknown key 'kernal_size' for conv2d (known: ...)".
+  // Throws for a key never read: "/layers/2: unknown key 'kernal_size' for conv2d (known: ...)",
+  // listing every key read, accepted or asked about with has().
   void finish(const std::string& what) const;
 
  private:
@@ -60,7 +62,8 @@ class Args {
 
   const nlohmann::json& obj_;
   std::string path_;
-  std::set<std::string> used_;
+  std::set<std::string> used_;           // read or accepted
+  mutable std::set<std::string> asked_;  // asked about with has()
 };
 
 }  // namespace dp

@@ -84,9 +84,15 @@ TEST_CASE("transform: bad configs name the JSON path and change nothing") {
               "/random_crop/size", "does not fit");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"random_crop": {"size": 0}})"), DP_ERR_MODEL, "/random_crop/size");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"random_crop": {"size": 3, "pad": 1}})"), DP_ERR_MODEL,
-              "/random_crop/pad: unknown key");
+              "/random_crop/pad: unknown key", "(known: padding, size)");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": 1.5})"), DP_ERR_MODEL, "/horizontal_flip");
-  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"vertical_flip": 0.5})"), DP_ERR_MODEL, "/vertical_flip: unknown key");
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"vertical_flip": 0.5})"), DP_ERR_MODEL, "/vertical_flip: unknown key",
+              "(known: horizontal_flip, normalize, random_crop)");
+  // Every valid key is listed, not only those the object happened to hold.
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": 0.5, "normalise": {"mean": [0, 0, 0], "std": [1, 1, 1]}})"),
+              DP_ERR_MODEL, "/normalise: unknown key 'normalise' for transform (known: horizontal_flip, normalize, random_crop)");
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"normalize": {"mean": [0, 0, 0], "std": [1, 1, 1], "stdev": 1}})"),
+              DP_ERR_MODEL, "/normalize/stdev: unknown key", "(known: mean, std)");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": )"), DP_ERR_JSON, "transform JSON");
   // Found by tests/fuzz: a number beyond double, a padding whose double overflows.
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"horizontal_flip": 1e999})"), DP_ERR_JSON, "transform JSON", "number overflow");

@@ -259,7 +259,8 @@ enum { DP_PRECISION_FP32 = 0, DP_PRECISION_BF16 = 1, DP_PRECISION_FP16 = 2 };
 DP_API dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value);
 
 /* Training mode (1, the default) or evaluation mode (0): dropout and batch
- * norm behave as in PyTorch's model.train() / model.eval(). */
+ * norm behave as in PyTorch's model.train() / model.eval(). Any other value:
+ * DP_ERR_INVALID_ARGUMENT, the mode unchanged. */
 DP_API dp_status dp_group_set_training(dp_group* g, int training);
 /* Scatters input along dim 0, runs every replica, gathers the outputs on the
  * first device. *output is new, owned by the caller. */

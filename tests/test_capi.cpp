@@ -232,7 +232,11 @@ TEST_CASE("dropout: active in training, identity in evaluation") {
   DP_REQUIRE_OK(dp_group_forward(g, in, &out));
   CHECK(tensor_data(out) != y);
   dp_tensor_destroy(out);
+  // Only 0 and 1: 2 (a caller's mistake) is refused and the mode stays evaluation.
   DP_REQUIRE_OK(dp_group_set_training(g, 0));
+  CHECK(dp_group_set_training(g, 2) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("dp_group_set_training: training must be 0 or 1, got 2") != std::string::npos);
+  CHECK(dp_group_set_training(g, -1) == DP_ERR_INVALID_ARGUMENT);
   DP_REQUIRE_OK(dp_group_forward(g, in, &out));
   CHECK(tensor_data(out) == ones);
   dp_tensor_destroy(out);

@@ -433,7 +433,8 @@ dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value
 dp_status dp_group_set_training(dp_group* g, int training) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g, "g is NULL");
-  g->group->set_training(training != 0);
+  DP_CHECK_ARG(training == 0 || training == 1, "training must be 0 or 1, got " + std::to_string(training));
+  g->group->set_training(training == 1);
   DP_GUARD_END
 }
 

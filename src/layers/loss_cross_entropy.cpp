@@ -70,9 +70,7 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
 
 std::unique_ptr<Loss> make_cross_entropy(Args& a) {
   auto l = std::make_unique<CrossEntropy>();
-  l->smoothing_ = a.number("label_smoothing", 0.0, 0.0, 1.0);
-  if (l->smoothing_ >= 1.0)
-    fail(DP_ERR_MODEL, a.path_of("label_smoothing") + ": expected a number in [0, 1), got 1");
+  l->smoothing_ = a.number("label_smoothing", 0.0, 0.0, 1.0);  // [0, 1] as PyTorch (at 1: the uniform target)
   require_mean_reduction(a);
   return l;
 }

@@ -18,7 +18,7 @@ double naive_ce(const float* x, int64_t C, int64_t t, double ls) {
 }  // namespace
 
 TEST_CASE("cross_entropy: target shape, values, label smoothing, split shares") {
-  for (double ls : {0.0, 0.2}) {
+  for (double ls : {0.0, 0.2, 1.0}) {  // 1: PyTorch's largest, the uniform target
     CAPTURE(ls);
     auto l = make_loss({{"type", "cross_entropy"}, {"label_smoothing", ls}});
     dp_dtype dt = DP_F32;
@@ -77,8 +77,10 @@ TEST_CASE("cross_entropy: errors") {
   expect_error([&] { l->forward_backward(ctx, x, labels_of({0, 1}), &g); }, DP_ERR_SHAPE, {"[5]", "[2]"});
   expect_error([] { make_loss({{"type", "cross_entropy"}, {"reduction", "sum"}}); }, DP_ERR_MODEL,
                {"/loss/reduction", "\"sum\""});
-  expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", 1}}); }, DP_ERR_MODEL,
-               {"/loss/label_smoothing"});
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", 1.5}}); }, DP_ERR_MODEL,
+               {"/loss/label_smoothing: expected a number in [0.0, 1.0], got 1.5"});
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", -0.1}}); }, DP_ERR_MODEL,
+               {"/loss/label_smoothing: expected a number in [0.0, 1.0], got -0.1"});
 }
 
 TEST_CASE("mse: values, gradient, split shares") {

@@ -46,6 +46,14 @@ TEST_CASE("a model too large for the machine is refused before allocation, namin
   const int64_t over[3] = {int64_t{1} << 40, int64_t{1} << 40, 4};
   require_error(dp_tensor_create(ctx, DP_F32, 3, over, &t), DP_ERR_SHAPE, {"too many elements"});
   CHECK(t == nullptr);
+  // A borrowed tensor's shape is counted the same way: [2^62, 4] wrapped to 0
+  // elements and was accepted over a 16-byte buffer.
+  float four[4] = {};
+  const int64_t wraps[2] = {int64_t{1} << 62, 4};
+  require_error(dp_tensor_from_host(ctx, DP_F32, four, 2, wraps, &t), DP_ERR_SHAPE, {"dp_tensor_from_host", "too many elements"});
+  require_error(dp_tensor_from_host_borrowed(ctx, DP_F32, four, 2, wraps, nullptr, nullptr, &t), DP_ERR_SHAPE,
+                {"dp_tensor_from_host_borrowed: shape [4611686018427387904, 4] has too many elements"});
+  CHECK(t == nullptr);
   dp_context_destroy(ctx);
 }
 

@@ -55,6 +55,7 @@ static dp::Shape tensor_shape_arg(const char* fn, int dtype, int ndim, const int
     if (shape[i] < 0) fail(DP_ERR_INVALID_ARGUMENT, f + ": shape[" + std::to_string(i) + "] is negative");
     s.push(shape[i]);
   }
+  s.checked_numel(f);  // before anything is sized or viewed by it
   return s;
 }
 

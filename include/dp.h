@@ -125,6 +125,10 @@ DP_API dp_status dp_context_plugin_info(const dp_context* ctx, int index, const 
 
 /* ---- Models: built from JSON (docs/model-format.md). ---- */
 DP_API dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out);
+/* path: a regular file of at most 64 MiB holding the model's JSON; a missing
+ * or unreadable file, a directory, a device or FIFO, or a larger file is
+ * DP_ERR_IO naming the path (and the size and limit), found without reading
+ * past the limit. */
 DP_API dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out);
 DP_API void dp_model_destroy(dp_model* m);
 /* Total number of float parameters (all tensors). */

@@ -1,5 +1,7 @@
 // The C ABI end to end: models, tensors, groups, optimizers, and every class
 // of bad input (a clear status and message, nothing lost, objects usable).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -308,6 +310,24 @@ TEST_CASE("missing and unreadable model files") {
   }
   DP_REQUIRE_OK(dp_model_from_file(f.ctx, path, &m));
   dp_model_destroy(m);
+  // Not a regular file, or over 64 MiB: DP_ERR_IO at once (/dev/zero was read
+  // until memory ran out; a directory was reported as DP_ERR_JSON).
+  auto refused = [&](const char* file, std::vector<std::string> parts) {
+    CAPTURE(file);
+    dp_model* none = nullptr;
+    CHECK(dp_model_from_file(f.ctx, file, &none) == DP_ERR_IO);
+    CHECK(none == nullptr);
+    std::string msg = dp_last_error();
+    for (const auto& part : parts) CHECK_MESSAGE(msg.find(part) != std::string::npos, msg);
+  };
+  refused(".", {"model file '.' is not a regular file (a directory)"});
+  refused("/dev/zero", {"model file '/dev/zero' is not a regular file"});
+  {
+    std::ofstream out(path);
+    out << kMlp;
+  }
+  REQUIRE(truncate(path, (int64_t{64} << 20) + 1) == 0);  // sparse: no 64 MiB written
+  refused(path, {"test_capi_model.json' has 67108865 bytes, more than the limit of 67108864 (64 MiB)"});
   std::remove(path);
 }
 

@@ -1,10 +1,14 @@
 // The C ABI (include/dp.h): argument checks, handle plumbing and error
 // translation only; the work is done by the C++ runtime.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <memory>
 #include <string>
 
 #include <thread>
@@ -57,6 +61,37 @@ static dp::Shape tensor_shape_arg(const char* fn, int dtype, int ndim, const int
   }
   s.checked_numel(f);  // before anything is sized or viewed by it
   return s;
+}
+
+// The most bytes a model file may have (its JSON; weights go in safetensors).
+constexpr int64_t kMaxModelFileBytes = int64_t{64} << 20;
+
+// A model file's text, in bounded time and memory: a regular file (not a
+// directory, a device such as /dev/zero, or a FIFO, which O_NONBLOCK keeps
+// from blocking the open) of at most kMaxModelFileBytes. DP_ERR_IO otherwise.
+static std::string read_model_file(const char* path) {
+  const std::string p = path;
+  int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(DP_ERR_IO, "cannot open model file '" + p + "': " + std::strerror(errno));
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(DP_ERR_IO, "cannot stat model file '" + p + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail(DP_ERR_IO, "model file '" + p + "' is not a regular file" + (S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  if (st.st_size > kMaxModelFileBytes)
+    fail(DP_ERR_IO, "model file '" + p + "' has " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                        std::to_string(kMaxModelFileBytes) + " (64 MiB)");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd, &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(DP_ERR_IO, "cannot read model file '" + p + "': " + std::strerror(errno));
+    if (n == 0) break;  // shrank while read: parse what is there
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 extern "C" {
@@ -134,18 +169,14 @@ dp_status dp_model_from_json(dp_context* ctx, const char* json, dp_model** out) 
 dp_status dp_model_from_file(dp_context* ctx, const char* path, dp_model** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(ctx && path && out, "ctx, path and out must not be NULL");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(DP_ERR_IO, std::string("cannot open model file '") + path + "': " + std::strerror(errno));
-  std::stringstream text;
-  text << f.rdbuf();
-  if (f.bad()) fail(DP_ERR_IO, std::string("cannot read model file '") + path + "'");
+  const std::string text = read_model_file(path);
   auto m = std::make_unique<dp_model>();
   m->ctx = ctx;
   try {
     // A model file's relative plugin paths are relative to the file.
     std::string file = path, dir = file.find('/') == std::string::npos ? "" : file.substr(0, file.rfind('/') + 1);
     m->model = dp::Model::from_json(
-        ctx->registry, text.str(),
+        ctx->registry, text,
         [ctx, dir](const std::string& entry, const std::string&) { ctx->plugins.load(ctx->registry, entry, dir, ctx->model_trust()); },
         ctx->memory_limit);
   } catch (const dp::Error& e) {

@@ -559,7 +559,8 @@ DP_API dp_status dp_loader_shard(dp_loader* loader, const dp_group* g);
  * PyTorch's state_dict() names them for the same architecture; a file written
  * by safetensors.torch.save_file(model.state_dict(), path) loads. Every
  * parameter must be present with its shape (float32); num_batches_tracked is
- * ignored. On failure the model is unchanged. */
+ * ignored. A NaN or infinite value is DP_ERR_IO naming the tensor and
+ * element. On failure the model is unchanged. */
 DP_API dp_status dp_model_load_safetensors(dp_model* m, const char* path);
 DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
 /* The model with its current weights as an ONNX file (opset 17, IR version 8)
@@ -577,13 +578,18 @@ DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
 /* A training checkpoint: parameters, buffers, the optimizer's state (opt may
  * be NULL), the loader's position (loader may be NULL), the group's step, and
  * in __metadata__ the model JSON and user_metadata_json (a JSON object, may be
- * NULL). Written to a temporary file, fsynced and renamed: a crash never
- * leaves a half-written checkpoint. */
+ * NULL), and "data_crc32", the CRC-32 of the tensor data. Written to a
+ * temporary file, fsynced and renamed: a crash never leaves a half-written
+ * checkpoint. */
 DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optimizer* opt,
                                     const dp_loader* loader, const char* user_metadata_json);
 /* Restores what dp_checkpoint_save wrote into an identical model's group,
  * optimizer (may be NULL) and loader (may be NULL). A truncated, corrupted or
- * mismatched file is rejected with a clear error and changes nothing. */
+ * mismatched file is rejected with a clear error and changes nothing:
+ * DP_ERR_IO for tensor data that does not match data_crc32 (checked when the
+ * file has it; checkpoints written before dp recorded it load without), and
+ * for a NaN or infinite parameter, buffer or optimizer state or a negative
+ * exp_avg_sq (naming the tensor and element). */
 DP_API dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, dp_loader* loader);
 /* The checkpoint's __metadata__ as one JSON object (values are strings, as
  * the format requires). *json is owned by the caller: free it with dp_free. */

@@ -19,8 +19,8 @@ using nlohmann::json;
 namespace {
 
 const char* const kFormat = "dp-checkpoint-1";
-const char* const kReserved[] = {"format",          "model",        "group_step",   "optimizer_type",
-                                 "optimizer_steps", "loader_epoch", "loader_batch", "grad_scaler"};
+const char* const kReserved[] = {"format",       "model",        "group_step",  "optimizer_type", "optimizer_steps",
+                                 "loader_epoch", "loader_batch", "grad_scaler", kDataCrc32};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -51,14 +51,26 @@ void add_model_tensors(const Model& m, std::vector<StOut>& out) {
   for (const NamedTensor& b : m.buffer_info) out.push_back({b.name, "F32", dims(b.shape), buffers + b.offset});
 }
 
-// Copies tensor e of f into dst + nt.offset after checking it is nt's dtype and shape.
-void copy_tensor(const StFile& f, const StEntry& e, const NamedTensor& nt, const char* kind, float* dst) {
+// Copies tensor e of f into dst + nt.offset after checking it is nt's dtype
+// and shape, and that training can continue from its values: each finite
+// and, with non_negative (Adam's exp_avg_sq, a sum of squares), >= 0. A NaN
+// or a negative second moment would load and turn the parameters into NaN at
+// the next step.
+void copy_tensor(const StFile& f, const StEntry& e, const NamedTensor& nt, const char* kind, float* dst,
+                 bool non_negative = false) {
   std::string where = f.path + ": tensor '" + e.name + "'";
   if (e.dtype != "F32") fail(DP_ERR_MODEL, where + " has dtype " + e.dtype + ", the model's " + kind + " is F32");
   if (e.shape != dims(nt.shape))
     fail(DP_ERR_MODEL, where + " has shape " + shape_str(e.shape) + " in the file, the model's " + kind + " '" + nt.name +
                            "' has " + nt.shape.str());
-  std::memcpy(dst + nt.offset, f.bytes(e), static_cast<size_t>(e.end - e.begin));
+  float* to = dst + nt.offset;
+  std::memcpy(to, f.bytes(e), static_cast<size_t>(e.end - e.begin));
+  const int64_t n = static_cast<int64_t>((e.end - e.begin) / sizeof(float));
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(to[i]) || (non_negative && to[i] < 0))
+      fail(DP_ERR_IO, where + " element " + std::to_string(i) + " is " +
+                          (std::isnan(to[i]) ? "NaN" : std::isinf(to[i]) ? (to[i] < 0 ? "-inf" : "inf") : json(to[i]).dump()) +
+                          (std::isfinite(to[i]) ? " (must be >= 0)" : " (must be finite)") + ": a damaged file");
 }
 
 // What a load will write, staged so that nothing changes until all of it fits.
@@ -241,6 +253,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
         tensors.push_back({"optimizer." + st.first + "." + p.name, "F32", dims(p.shape), st.second->data() + p.offset});
     }
   }
+  metadata.push_back({kDataCrc32, st_data_crc32(tensors)});  // verified by read_safetensors
   write_safetensors(path, tensors, metadata);
 }
 
@@ -308,7 +321,7 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
           missing.push_back(name);
           continue;
         }
-        copy_tensor(f, *e, p, "optimizer state", s.opt_state.back().data());
+        copy_tensor(f, *e, p, "optimizer state", s.opt_state.back().data(), ends_with(st.first, "exp_avg_sq"));
         s.used.insert(name);
       }
     }

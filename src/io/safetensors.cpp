@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include <zlib.h>
+
 #include "core/args.h"
 #include "core/error.h"
 
@@ -50,6 +52,24 @@ void read_exact(FILE* f, void* dst, size_t n, const std::string& path, const cha
     if (std::ferror(f)) fail(DP_ERR_IO, path + ": cannot read " + what + ": " + sys_error());
     fail(DP_ERR_IO, path + ": truncated while reading " + what + " (the file changed while being read?)");
   }
+}
+
+// zlib's crc32 takes an unsigned int length: larger buffers go in pieces.
+uint32_t crc32_update(uint32_t crc, const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  while (n > 0) {
+    const size_t piece = std::min<size_t>(n, size_t{1} << 30);
+    crc = static_cast<uint32_t>(::crc32(crc, b, static_cast<uInt>(piece)));
+    b += piece;
+    n -= piece;
+  }
+  return crc;
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(v));
+  return buf;
 }
 
 uint64_t get_uint(const json& v, const std::string& where) {
@@ -214,8 +234,32 @@ StFile read_safetensors(const std::string& path, bool with_data) {
   if (with_data) {
     out.data.resize(static_cast<size_t>(data_size));
     read_exact(file.f, out.data.data(), out.data.size(), path, "the tensor data");
+    auto crc = out.metadata.find(kDataCrc32);
+    if (crc != out.metadata.end()) {
+      const std::string& want = crc->second;
+      if (want.size() != 8 || !std::all_of(want.begin(), want.end(), [](char c) {
+            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+          }))
+        fail(DP_ERR_IO, path + ": __metadata__ '" + kDataCrc32 + "' must be 8 lowercase hex digits, got '" + want + "'");
+      const std::string got = hex32(crc32_update(0, out.data.data(), out.data.size()));
+      if (got != want)
+        fail(DP_ERR_IO, path + ": the tensor data is corrupted: its CRC-32 is " + got + ", __metadata__ '" + kDataCrc32 +
+                            "' says " + want);
+    }
   }
   return out;
+}
+
+const char* const kDataCrc32 = "data_crc32";
+
+std::string st_data_crc32(const std::vector<StOut>& tensors) {
+  uint32_t crc = 0;
+  for (const StOut& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    crc = crc32_update(crc, t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype)));
+  }
+  return hex32(crc);
 }
 
 std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {

@@ -9,6 +9,11 @@
 // Reading validates all of it and throws dp::Error(DP_ERR_IO) with a message
 // that starts with the file's path and says what is wrong. Writing is atomic:
 // a temporary file next to the target, fsynced, renamed over it.
+//
+// A checksum of the data buffer (dp's checkpoints write one): __metadata__
+// "data_crc32", zlib's CRC-32 of the whole data buffer as 8 lowercase hex
+// digits. Reading the data verifies it when the file has it; files without it
+// (PyTorch's, older checkpoints) read as before.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +55,11 @@ struct StOut {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // shape's element count * dtype size bytes, little-endian
 };
+
+extern const char* const kDataCrc32;  // "data_crc32"
+
+// The value of kDataCrc32 for a file of these tensors (in this order).
+std::string st_data_crc32(const std::vector<StOut>& tensors);
 
 // The file's first bytes: the 8-byte size and the padded JSON header, with
 // offsets for the tensors in the order given. Throws DP_ERR_INVALID_ARGUMENT

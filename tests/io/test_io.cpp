@@ -293,6 +293,7 @@ TEST_CASE("checkpoint: round trip of parameters, buffers, optimizer state and st
     CHECK(meta["note"] == "hi");
     CHECK(meta["cfg"] == R"({"a":[1,2]})");
     CHECK(!meta.contains("loader_epoch"));
+    CHECK(meta["data_crc32"].get<std::string>().size() == 8);  // the tensor data's CRC-32, verified at load
     for (auto& kv : meta.items()) CHECK(kv.value().is_string());
 
     // Tensors: the optimizer's state per parameter, by PyTorch's state names.
@@ -537,6 +538,17 @@ TEST_CASE("weights: damaged files are rejected with the file and the fault named
     CHECK(bitwise_equal(tr.params(), p));
     CHECK(bitwise_equal(tr.buffers(), buffers));
   }
+  SUBCASE("a NaN weight, an infinite running variance: values no run can continue from") {
+    const float nan = std::nanf(""), inf = INFINITY;
+    std::string d = parts.data;
+    std::memcpy(&d[5 * 4], &nan, 4);
+    write_bytes(path, join(parts.header, d));
+    rejects(tr, load, DP_ERR_IO, {path, "tensor '0.weight' element 5 is NaN (must be finite)"});
+    d = parts.data;
+    std::memcpy(&d[d.size() - 4], &inf, 4);  // the last tensor: 1.running_var
+    write_bytes(path, join(parts.header, d));
+    rejects(tr, load, DP_ERR_IO, {path, "tensor '1.running_var' element 7 is inf (must be finite)"});
+  }
   // The model still works after all that.
   DP_REQUIRE_OK(dp_model_load_safetensors(tr.m, good_path.c_str()));
   CHECK(bitwise_equal(tr.params(), src.params()));
@@ -609,6 +621,28 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     write_bytes(bad, le64_bytes(dump.size()) + dump + parts.data);
     rejects(tr, load, DP_ERR_MODEL, {bad, "missing optimizer state optimizer.exp_avg_sq.4.bias"});
   }
+  SUBCASE("a flipped bit in the tensor data: the checksum") {
+    std::string d = parts.data;
+    d[4] ^= 0x40;
+    write_bytes(bad, join(parts.header, d));
+    rejects(tr, load, DP_ERR_IO, {bad, "the tensor data is corrupted: its CRC-32 is", "__metadata__ 'data_crc32' says"});
+    with_meta([](ojson& m) { m["data_crc32"] = "0BAD"; });
+    rejects(tr, load, DP_ERR_IO, {bad, "'data_crc32' must be 8 lowercase hex digits, got '0BAD'"});
+  }
+  SUBCASE("a NaN parameter, a negative exp_avg_sq (in a file without a checksum)") {
+    ojson h = parts.header;
+    h["__metadata__"].erase("data_crc32");
+    const float nan = std::nanf(""), minus_one = -1.f;
+    std::string d = parts.data;
+    std::memcpy(&d[4], &nan, 4);
+    write_bytes(bad, join(h, d));
+    rejects(tr, load, DP_ERR_IO, {bad, "tensor '0.weight' element 1 is NaN (must be finite)"});
+    d = parts.data;
+    const size_t at = h["optimizer.exp_avg_sq.0.weight"]["data_offsets"][0].get<size_t>();
+    std::memcpy(&d[at + 2 * 4], &minus_one, 4);
+    write_bytes(bad, join(h, d));
+    rejects(tr, load, DP_ERR_IO, {bad, "tensor 'optimizer.exp_avg_sq.0.weight' element 2 is -1.0 (must be >= 0)"});
+  }
   SUBCASE("a corrupt byte count in the optimizer state") {
     ojson h = parts.header;
     h["optimizer.exp_avg.0.bias"]["shape"] = {7};
@@ -621,6 +655,21 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
   ref.train(6);
   CHECK(bitwise_equal(tr.params(), ref.params()));
   CHECK(bitwise_equal(tr.buffers(), ref.buffers()));
+}
+
+TEST_CASE("checkpoint: one without data_crc32 (written before dp recorded it) still loads") {
+  TmpDir dir;
+  std::string path = dir / "ckpt.safetensors", old = dir / "old.safetensors";
+  Trainer src(kNet, kAdam);
+  src.train(0);
+  DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), src.g, src.opt, nullptr, nullptr));
+  StParts parts = split(read_bytes(path));
+  REQUIRE(parts.header["__metadata__"].contains("data_crc32"));
+  parts.header["__metadata__"].erase("data_crc32");
+  write_bytes(old, join(parts.header, parts.data));
+  Trainer tr(kNet, kAdam);
+  DP_REQUIRE_OK(dp_checkpoint_load(old.c_str(), tr.g, tr.opt, nullptr));
+  CHECK(bitwise_equal(tr.params(), src.params()));
 }
 
 TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and the old checkpoint intact") {
@@ -716,7 +765,7 @@ TEST_CASE("checkpoint metadata, argument checks, out-parameters untouched on fai
   CHECK(metadata_of(std::string(DP_IO_DIR) + "/pytorch_linear.safetensors") == json::object());
   DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), a.g, nullptr, nullptr, "{}"));
   json meta = metadata_of(path);
-  CHECK(meta.size() == 3);  // format, model, group_step
+  CHECK(meta.size() == 4);  // format, model, group_step, data_crc32
   CHECK(meta["group_step"] == "0");
   dp_free(nullptr);
 }

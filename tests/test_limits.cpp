@@ -111,3 +111,36 @@ TEST_CASE("DP_CONTEXT_MEMORY_LIMIT: model, group, optimizer state and a batch's 
   dp_model_destroy(m);
   dp_context_destroy(ctx);
 }
+
+// Every check counted the model and one group only: a second group and a
+// second optimizer on the same model each fitted on their own, together far
+// past the limit. The model now keeps the bytes of all its groups and
+// optimizers, each taking its share back when destroyed.
+TEST_CASE("DP_CONTEXT_MEMORY_LIMIT counts every group and optimizer of the model, until each is destroyed") {
+  dp_context* ctx = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  // kMlp: 444 040 bytes a float per parameter; the model (with gradients) 888 080.
+  DP_REQUIRE_OK(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, 3000000));
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(build(ctx, kMlp, &m));
+  dp_group *a = nullptr, *b = nullptr;
+  dp_optimizer *oa = nullptr, *ob = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &a));        // + 888 080: 1 776 160
+  DP_REQUIRE_OK(dp_optimizer_create(a, R"({"type": "adam"})", &oa));  // + 888 080: 2 664 240
+  // A second group of one device (444 040) fits beside the model alone, not beside the first group and its optimizer.
+  require_error(dp_group_create(m, "cpu:0", &b), DP_ERR_OUT_OF_MEMORY, {"a group of 1 CPU devices", "3.0 MB"});
+  CHECK(b == nullptr);
+  // The first optimizer destroyed, its state no longer counts: the group fits, a second Adam does not.
+  dp_optimizer_destroy(oa);
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &b));  // 2 220 200
+  require_error(dp_optimizer_create(b, R"({"type": "adam"})", &ob), DP_ERR_OUT_OF_MEMORY,
+                {"the adam optimizer's state", "3.0 MB"});
+  CHECK(ob == nullptr);
+  // The first group destroyed: Adam fits beside the second.
+  dp_group_destroy(a);
+  DP_REQUIRE_OK(dp_optimizer_create(b, R"({"type": "adam"})", &ob));  // 2 220 200
+  dp_optimizer_destroy(ob);
+  dp_group_destroy(b);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}

@@ -513,8 +513,8 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   auto o = std::make_unique<dp_optimizer>();
   o->group = g;
   dp::Model& model = g->group->model();
-  o->opt = dp::Optimizer::from_json(json_config, model.num_params(), model.memory_limit,
-                                    model.held_bytes() + g->group->held_bytes());
+  o->opt = dp::Optimizer::from_json(json_config, model.num_params(), model.memory_limit, model.held_total());
+  o->hold_state();
   // Every process must update alike (the JSON as given: the same file or string everywhere).
   if (dp::ProcessGroup* pg = g->group->process_group()) pg->check_same("optimizer config", json_config);
   for (const auto& st : o->opt->state()) o->state_names.push_back(st.first);

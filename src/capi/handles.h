@@ -55,4 +55,11 @@ struct dp_optimizer {
   dp_group* group;
   std::unique_ptr<dp::Optimizer> opt;
   std::vector<std::string> state_names;  // Optimizer::state()'s, for dp_optimizer_state_name
+  // opt's state, counted in its model's attached_bytes while the handle lives.
+  dp::HeldShare held;
+  void hold_state() {
+    uint64_t bytes = 0;
+    for (const auto& s : opt->state()) bytes += 4 * static_cast<uint64_t>(s.second->size());
+    held.set(group->group->model().attached_bytes, bytes);
+  }
 };

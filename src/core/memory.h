@@ -3,6 +3,7 @@
 // fit, is refused with DP_ERR_SHAPE / DP_ERR_OUT_OF_MEMORY naming what and
 // how many bytes, instead of allocating (and being killed, or thrashing).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -24,5 +25,29 @@ std::string format_bytes(double bytes);
 // are already taken: above `limit`, or, with limit 0, above the machine's
 // available memory plus `held` (what is held was taken from it already).
 void check_fits(uint64_t held, uint64_t bytes, uint64_t limit, const std::string& what);
+
+// One owner's share of a running count of held bytes (a model's: what its
+// groups and optimizers hold, Model::attached_bytes): set() puts the share's
+// bytes in the count, replacing what it had put there; the destructor takes
+// them out. The count must outlive the share.
+class HeldShare {
+ public:
+  HeldShare() = default;
+  HeldShare(const HeldShare&) = delete;
+  HeldShare& operator=(const HeldShare&) = delete;
+  ~HeldShare() {
+    if (total_) *total_ -= bytes_;
+  }
+  void set(std::atomic<uint64_t>& total, uint64_t bytes) {
+    if (total_) *total_ -= bytes_;
+    total_ = &total;
+    bytes_ = bytes;
+    total += bytes;
+  }
+
+ private:
+  std::atomic<uint64_t>* total_ = nullptr;
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace dp

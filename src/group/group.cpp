@@ -58,7 +58,7 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
   if (gpu_ordinals_.empty()) {
     replica_bytes_ = static_cast<uint64_t>(checked_mul(
         checked_mul(static_cast<int64_t>(n), checked_add(model_.num_params(), model_.stats_total, "replica"), "replicas"), 4, "replicas"));
-    check_fits(model_.held_bytes(), replica_bytes_, model_.memory_limit,
+    check_fits(model_.held_total(), replica_bytes_, model_.memory_limit,
                "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
                    std::to_string(model_.num_params() + model_.stats_total) + " floats)");
   }
@@ -104,6 +104,7 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
   offsets_.reserve(n);
   ctxs_.reserve(n);
   stat_ptrs_.assign(static_cast<size_t>(global_), nullptr);
+  held_.set(model_.attached_bytes, held_bytes());
 }
 
 Group::~Group() = default;
@@ -122,7 +123,7 @@ void Group::check_activations(int64_t rows) {
       largest = node.out_shape.numel();
       at = &node;
     }
-  check_fits(model_.held_bytes() + held_bytes(), static_cast<uint64_t>(more), model_.memory_limit,
+  check_fits(model_.held_total(), static_cast<uint64_t>(more), model_.memory_limit,
              "a batch of " + std::to_string(rows) + " rows (activations and their gradients, " +
                  format_bytes(4.0 * double(activation_floats_)) + " a row; the largest output is " + at->layer->path + " (" +
                  at->layer->type + " '" + at->layer->name + "') with " + std::to_string(largest) + " floats a row)");
@@ -268,7 +269,10 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
   for (size_t r = 0; r < split_.size(); ++r) plan.grows = plan.grows || split_[r] > seen_split_[r];
   engine_->run(plan);
   for (size_t r = 0; r < split_.size(); ++r) seen_split_[r] = std::max(seen_split_[r], split_[r]);
-  if (job != Job::kBackward) seen_rows_ = std::max(seen_rows_, input->shape()[0]);
+  if (job != Job::kBackward && input->shape()[0] > seen_rows_) {
+    seen_rows_ = input->shape()[0];
+    held_.set(model_.attached_bytes, held_bytes());
+  }
 }
 
 void Group::forward(const Tensor& input, Tensor& output) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
 #include "dist/process_group.h"
 #include "engine/engine.h"
 #include "group/split.h"
@@ -46,7 +47,8 @@ class Group {
   const std::vector<int64_t>& last_split() const { return split_; }
   // Host memory this group holds beside the model's arrays (its replicas'
   // gradients and statistics, and the activations of the largest batch so
-  // far, estimated): what an optimizer's check counts as taken.
+  // far, estimated), kept in the model's attached_bytes while the group
+  // lives: each check of the model's memory limit counts every group's.
   uint64_t held_bytes() const;
 
   void set_split(SplitMode mode) { mode_ = mode; }
@@ -132,6 +134,7 @@ class Group {
   std::vector<int64_t> seen_split_;
   uint64_t replica_bytes_ = 0;   // the replicas' gradients and statistics (CPU)
   int64_t activation_floats_ = 0;  // per sample: every layer's output, and its gradient
+  HeldShare held_;                 // held_bytes(), in the model's attached_bytes
 };
 
 }  // namespace dp

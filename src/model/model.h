@@ -3,6 +3,7 @@
 // yields them), gradients in a second, buffers in a third. One flat array is
 // what makes gradient reduction, optimizers and checkpoints simple loops.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -73,6 +74,11 @@ class Model {
   // bytes of those arrays.
   uint64_t memory_limit = 0;
   uint64_t held_bytes() const { return 4 * static_cast<uint64_t>(2 * params_.size() + buffers_.size()); }
+  // Bytes that the groups and optimizers built on this model hold (replicas'
+  // gradients and statistics, activations, optimizer state), each through a
+  // HeldShare: with held_bytes(), what memory_limit is checked against.
+  std::atomic<uint64_t> attached_bytes{0};
+  uint64_t held_total() const { return held_bytes() + attached_bytes.load(); }
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
 
   const Shape& output_shape() const { return nodes.back().out_shape; }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "data/handles.h"
@@ -12,7 +13,9 @@ using dp::fail;
 
 namespace {
 
-// A per-sample shape from the caller: ndim in [0, DP_MAX_DIMS], dims >= 0.
+// A per-sample shape from the caller: ndim in [0, DP_MAX_DIMS], dims >= 0,
+// an element count that fits (DP_ERR_SHAPE otherwise, before anything is
+// sized by it).
 dp::Shape shape_arg(const char* fn, const char* what, int ndim, const int64_t* shape) {
   std::string f = std::string(fn) + ": " + what;
   if (ndim < 0 || ndim > DP_MAX_DIMS)
@@ -24,6 +27,7 @@ dp::Shape shape_arg(const char* fn, const char* what, int ndim, const int64_t* s
       fail(DP_ERR_INVALID_ARGUMENT, f + " shape[" + std::to_string(i) + "] is negative (" + std::to_string(shape[i]) + ")");
     s.push(shape[i]);
   }
+  s.checked_numel(f);
   return s;
 }
 
@@ -78,10 +82,8 @@ dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, int ndim,
   DP_CHECK_ARG(borrow == 0 || borrow == 1, "borrow must be 0 or 1, got " + std::to_string(borrow));
   dp::Shape s = shape_arg(__func__, "sample", ndim, sample_shape);
   dp::Shape t = target_arg(__func__, dp::c_enum(target_dtype), target_ndim, target_shape);
-  int64_t input_floats = 0, target_elems = 0;
-  DP_CHECK_ARG(!__builtin_mul_overflow(count, s.numel(), &input_floats) &&
-                   !__builtin_mul_overflow(count, t.numel(), &target_elems),
-               "count times the sample or target size overflows");
+  const int64_t input_floats = dp::checked_mul(count, s.numel(), std::string(__func__) + ": count times the sample size");
+  const int64_t target_elems = dp::checked_mul(count, t.numel(), std::string(__func__) + ": count times the target size");
   DP_CHECK_ARG(inputs || input_floats == 0, "inputs is NULL");
   DP_CHECK_ARG(targets || target_elems == 0, "targets is NULL");
   *out = new_dataset(dp::make_array_dataset(inputs, s, count, target_dtype, targets, t, borrow == 1));

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/dataset.h"
 #include "tensor/tensor.h"
 
@@ -18,6 +19,13 @@ class ArrayDataset : public Dataset {
       : Dataset(sample_shape, target_dtype, target_shape), count_(count) {
     size_t input_floats = static_cast<size_t>(count) * static_cast<size_t>(sample_numel());
     target_bytes_ = static_cast<size_t>(target_numel()) * dtype_size(target_dtype);
+    if (!borrow) {  // the copy, checked before it is taken (count * size fits int64: the C entry checked)
+      const int64_t bytes = checked_add(checked_mul(count, checked_mul(sample_numel(), 4, "sample bytes"), "inputs"),
+                                        checked_mul(count, static_cast<int64_t>(target_bytes_), "targets"), "dataset");
+      check_fits(0, static_cast<uint64_t>(bytes), 0,
+                 "dp_dataset_from_arrays: a copy of " + std::to_string(count) + " samples of " + sample_shape.str() +
+                     " (borrow = 1 copies nothing)");
+    }
     if (borrow) {
       inputs_ = inputs;
       targets_ = static_cast<const char*>(targets);

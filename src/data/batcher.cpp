@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/memory.h"
 #include "data/loader.h"
 #include "data/order.h"
 
@@ -10,7 +11,11 @@ namespace dp {
 Batcher::Batcher(const Dataset& ds, const Transform* transform, const LoaderConfig& cfg)
     : ds_(ds), transform_(transform), cfg_(cfg), length_(ds.length()) {
   sample_shape_ = transform ? transform->output_shape() : ds.sample_shape();
-  if (cfg.shuffle) order_.resize(static_cast<size_t>(length_));
+  if (cfg.shuffle) {
+    check_fits(0, 8 * static_cast<uint64_t>(length_), 0,
+               "the loader's shuffled order of " + std::to_string(length_) + " samples (8 bytes each, per worker)");
+    order_.resize(static_cast<size_t>(length_));
+  }
   if (transform && transform->needs_source()) scratch_.resize(static_cast<size_t>(ds.sample_numel()));
 }
 

@@ -51,6 +51,19 @@ TEST_CASE("arrays: bad arguments leave *out untouched") {
               "target_ndim must be 0");
   CHECK(dp_dataset_from_arrays(f.ctx, in, 1, &shape, 2, DP_I64, tg, 0, nullptr, 2, &ds) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_dataset_from_arrays(f.ctx, in, 9, &shape, 2, DP_I64, tg, 0, nullptr, 0, &ds) == DP_ERR_INVALID_ARGUMENT);
+  // A sample shape whose element count overflows (it wrapped to 0, and NULL
+  // inputs were then accepted): a shape error, naming the call.
+  const int64_t wraps[2] = {int64_t{1} << 32, int64_t{1} << 32};
+  CHECK_FAILS(dp_dataset_from_arrays(f.ctx, nullptr, 2, wraps, 2, DP_I64, tg, 0, nullptr, 0, &ds), DP_ERR_SHAPE,
+              "dp_dataset_from_arrays: sample", "[4294967296, 4294967296] has too many elements");
+  // count times the sample size past int64: a shape error; a copy larger than
+  // the machine: DP_ERR_OUT_OF_MEMORY naming the bytes, before allocating (it
+  // was DP_ERR_INTERNAL "cannot create std::vector larger than max_size()").
+  CHECK_FAILS(dp_dataset_from_arrays(f.ctx, in, 1, &shape, int64_t{1} << 62, DP_I64, tg, 0, nullptr, 1, &ds), DP_ERR_SHAPE,
+              "dp_dataset_from_arrays: count times the sample size");
+  CHECK_FAILS(dp_dataset_from_arrays(f.ctx, in, 1, &shape, int64_t{1} << 57, DP_I64, tg, 0, nullptr, 0, &ds),
+              DP_ERR_OUT_OF_MEMORY, "dp_dataset_from_arrays: a copy of 144115188075855872 samples of [2]", "2.3 EB",
+              "nothing was allocated");
   CHECK(ds == nullptr);
   dp_dataset_destroy(nullptr);
   dp_loader_destroy(nullptr);
@@ -174,5 +187,11 @@ TEST_CASE("callbacks: bad structs") {
   cb.get_item = get_item;
   cb.length = -1;
   CHECK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds) == DP_ERR_INVALID_ARGUMENT);
+  cb.length = 3;
+  const int64_t wraps[2] = {int64_t{1} << 32, int64_t{1} << 32};
+  CHECK_FAILS(dp_dataset_from_callbacks(f.ctx, &cb, 2, wraps, DP_I64, 0, nullptr, &ds), DP_ERR_SHAPE,
+              "dp_dataset_from_callbacks: sample", "too many elements");
+  CHECK_FAILS(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_F32, 2, wraps, &ds), DP_ERR_SHAPE,
+              "dp_dataset_from_callbacks: target", "too many elements");
   CHECK(ds == nullptr);
 }

@@ -67,6 +67,14 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r.returncode == 2 and '/layers/0/out_features' in r.stderr, 'bad model exits 2 naming the JSON path', r.stderr)
     r = run('train', 'mlp.json', '--data', 'synthetic:1')
     expect(r.returncode == 2 and 'synthetic:N' in r.stderr, 'bad --data exits 2', r.stderr)
+    # A count past int64 was a raw std::vector message; one past the machine's memory "dp: std::bad_alloc".
+    r = run('train', 'mlp.json', '--data', 'synthetic:99999999999999999999', '--max-steps', '1')
+    expect(r.returncode == 2 and "synthetic:N needs a sample count N in [2, 2^63 - 1], got '99999999999999999999'" in r.stderr,
+           'a synthetic count past int64 exits 2 naming --data', r.stderr)
+    r = run('train', 'mlp.json', '--data', 'synthetic:10000000000000', '--max-steps', '1')
+    expect(r.returncode == 1 and "--data: 10000000000000 synthetic samples of" in r.stderr and
+           "more than this machine's memory" in r.stderr and 'bad_alloc' not in r.stderr,
+           'a synthetic set larger than the machine exits 1 naming --data and the bytes', r.stderr)
     r = run('train', 'mlp.json', '--data', 'cifar10:/nonexistent')
     expect(r.returncode == 2 and '/nonexistent/data_batch_1.bin' in r.stderr, 'missing data files exit 2 naming the file', r.stderr)
     r = run('train', 'mlp.json', '--data', 'synthetic:64', '--devices', 'gpu:0')
@@ -247,6 +255,14 @@ with tempfile.TemporaryDirectory() as tmp:
            r.stdout + r.stderr)
 
     # Benchmark.
+    # bench makes one batch of synthetic samples: --batch-size 1 ran into synthetic:N's
+    # minimum (naming an option bench does not have), a huge one into bad_alloc.
+    r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '1', '--steps', '1')
+    expect(r.returncode == 0 and last_json(r.stdout)['batch_size'] == 1, 'bench --batch-size 1', r.stdout + r.stderr)
+    r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '100000000000000', '--steps', '1')
+    expect(r.returncode == 1 and '--batch-size 100000000000000: 100000000000000 synthetic samples' in r.stderr and
+           "more than this machine's memory" in r.stderr and '--data' not in r.stderr,
+           'bench with a batch larger than the machine exits 1 naming --batch-size', r.stderr)
     r = run('bench', 'mlp.json', '--devices', 'cpu:0', '--batch-size', '32', '--steps', '5')
     expect(r.returncode == 0 and last_json(r.stdout)['samples_per_second'] > 0, 'bench prints samples/s', r.stdout + r.stderr)
     # GPU knobs on CPU devices: the speed preset and fp32 are accepted (and

@@ -46,7 +46,9 @@ struct Data {
   std::string pixels, train_transform = "{}", test_transform = "{}";
 };
 // "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic:N".
-Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed);
+// `option`: what errors name (bench's synthetic set comes from its --batch-size).
+Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed,
+               const std::string& option = "--data");
 
 // "auto" (every GPU, else one CPU device per core) or a list as
 // dp_group_create takes it; local_processes > 0: in a process group with

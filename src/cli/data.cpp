@@ -1,5 +1,9 @@
 // --data: which datasets a spec names, with the transforms each one wants.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "cli.h"
@@ -21,16 +25,29 @@ static Dataset cifar(dp_context* ctx, const std::vector<std::string>& files) {
   return Dataset(ds);
 }
 
+static std::string gigabytes(double bytes) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%.1f GB", bytes / 1e9);
+  return s;
+}
+
 // n samples shaped as the model's input, labelled by the arg-max of a fixed
 // random projection: learnable, so a run on it can show the loss falling.
-static Dataset synthetic(dp_context* ctx, const dp_model* model, int64_t n, uint64_t seed, uint64_t sample_stream) {
+static Dataset synthetic(dp_context* ctx, const dp_model* model, int64_t n, uint64_t seed, uint64_t sample_stream,
+                         const std::string& option) {
   int nd = 0, od = 0;
   int64_t in[DP_MAX_DIMS], out[DP_MAX_DIMS];
   check(dp_model_input_shape(model, &nd, in), "model");
   check(dp_model_output_shape(model, &od, out), "model");
-  if (od != 1) throw Failure(kUsage, "--data synthetic: needs a model whose output is [classes] per sample");
+  if (od != 1) throw Failure(kUsage, option + " synthetic: needs a model whose output is [classes] per sample");
   int64_t per = 1, classes = out[0];
-  for (int i = 0; i < nd; ++i) per *= in[i];
+  for (int i = 0; i < nd; ++i) per *= in[i];  // at most 2^59: dp checked the model
+  // The samples (per floats and an int64 label each) are made here, before
+  // dp sees them: checked against the machine's memory, not left to bad_alloc.
+  const double bytes = 4.0 * double(n) * double(per + 2), machine = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (bytes > machine * 0.9)
+    throw Failure(kRuntime, option + ": " + std::to_string(n) + " synthetic samples of " + std::to_string(per) + " floats take " +
+                                gigabytes(bytes) + ", more than this machine's memory (" + gigabytes(machine) + ")");
   std::vector<float> x(static_cast<size_t>(n * per)), proj(static_cast<size_t>(per * classes));
   std::vector<int64_t> y(static_cast<size_t>(n));
   uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
@@ -57,7 +74,7 @@ static Dataset synthetic(dp_context* ctx, const dp_model* model, int64_t n, uint
   return Dataset(ds);
 }
 
-Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed) {
+Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, uint64_t seed, const std::string& option) {
   Data d;
   size_t colon = spec.find(':');
   std::string kind = spec.substr(0, colon), arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
@@ -85,10 +102,12 @@ Data open_data(dp_context* ctx, const std::string& spec, const dp_model* model, 
     d.test_transform = "{" + norm + "}";
   } else if (kind == "synthetic") {
     char* end = nullptr;
+    errno = 0;
     long long n = std::strtoll(arg.c_str(), &end, 10);
-    if (arg.empty() || *end || n < 2) throw Failure(kUsage, "--data synthetic:N needs a sample count N >= 2, got '" + arg + "'");
-    d.train = synthetic(ctx, model, n, seed, 1);
-    d.test = synthetic(ctx, model, std::max<long long>(n / 5, 1), seed, 2);  // same projection, other samples
+    if (arg.empty() || *end || errno == ERANGE || n < 2)
+      throw Failure(kUsage, "--data synthetic:N needs a sample count N in [2, 2^63 - 1], got '" + arg + "'");
+    d.train = synthetic(ctx, model, n, seed, 1, option);
+    d.test = synthetic(ctx, model, std::max<long long>(n / 5, 1), seed, 2, option);  // same projection, other samples
     d.pixels = "uniform floats in [-1, 1)";
   } else {
     throw Failure(kUsage, "--data '" + spec + "': expected fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or synthetic:N");

@@ -485,7 +485,9 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");
   Optimizer opt(op);
-  Data data = open_data(c, "synthetic:" + std::to_string(batch), model.get(), 0);
+  // One batch of synthetic samples (at least the 2 a synthetic set needs).
+  Data data = open_data(c, "synthetic:" + std::to_string(std::max<int64_t>(batch, 2)), model.get(), 0,
+                        "--batch-size " + std::to_string(batch));
   Loader loader = make_loader(data.train.get(), batch, false, 0, 0, on_gpus(devices));
   if (pg) check(dp_loader_shard(loader.get(), group.get()), "data");
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);

@@ -498,7 +498,9 @@ DP_API dp_status dp_dataset_from_cifar10(dp_context* ctx, const char* const* pat
 /* count samples from memory: inputs count * prod(sample_shape) floats; targets
  * count int64 (target_ndim 0) or count * prod(target_shape) floats. With
  * borrow = 1 dp reads the caller's arrays, which must outlive the dataset;
- * with borrow = 0 it copies them. */
+ * with borrow = 0 it copies them. A shape, or count times it, whose element
+ * count overflows is DP_ERR_SHAPE; a copy larger than the machine's
+ * available memory DP_ERR_OUT_OF_MEMORY naming the bytes, before allocating. */
 DP_API dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, int ndim, const int64_t* sample_shape,
                                         int64_t count, dp_dtype target_dtype, const void* targets, int target_ndim,
                                         const int64_t* target_shape, int borrow, dp_dataset** out);

@@ -75,10 +75,9 @@ static std::string at_least(int64_t min_value) {
   return "an integer >= " + std::to_string(min_value);
 }
 
-// at_least(min_value), or "an integer in [min, max]" when max_value bounds it.
-static std::string between(int64_t min_value, int64_t max_value) {
-  if (max_value == INT64_MAX) return at_least(min_value);
-  return "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]";
+// A pair's element: "a positive integer", "... up to 2147483647" when max_value bounds it.
+static std::string pair_element(int64_t min_value, int64_t max_value) {
+  return at_least(min_value) + (max_value == INT64_MAX ? "" : " up to " + std::to_string(max_value));
 }
 
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value) {
@@ -93,7 +92,8 @@ int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value,
   const json* v = get(key);
   if (!v) return default_value;
   int64_t x = 0;
-  if (!as_int64(*v, &x) || x < min_value || x > max_value) bad(key, between(min_value, max_value), *v);
+  if (!as_int64(*v, &x) || x < min_value || x > max_value)
+    bad(key, "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]", *v);
   return x;
 }
 
@@ -110,12 +110,12 @@ std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> defaul
   auto ok = [&](const json& x, int64_t* out) { return as_int64(x, out) && *out >= min_value && *out <= max_value; };
   if (ok(*v, &a)) return {a, a};
   if (v->is_array() && v->size() == 2 && ok((*v)[0], &a) && ok((*v)[1], &b)) return {a, b};
-  bad(key, between(min_value, max_value) + " or a list of two", *v);
+  bad(key, pair_element(min_value, max_value) + " or a list of two", *v);
 }
 
 std::array<int64_t, 2> Args::required_pair(const char* key, int64_t min_value, int64_t max_value) {
   if (!has(key))
-    fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + between(min_value, max_value) + " or a list of two");
+    fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + pair_element(min_value, max_value) + " or a list of two");
   return pair(key, {0, 0}, min_value, max_value);
 }
 

@@ -55,10 +55,15 @@ class Optimizer:
         self._base_lr = value
 
     def set_lr_schedule(self, schedule):
-        """A learning-rate schedule computed per step as PyTorch's schedulers
-        do (dp_optimizer_set_lr_schedule), e.g. {"type": "cosine_warmup",
+        """A learning-rate schedule with PyTorch's schedulers' formulas, per
+        step (dp_optimizer_set_lr_schedule), e.g. {"type": "cosine_warmup",
         "warmup_steps": 100, "total_steps": 1000}; also "linear", "step",
-        "multistep", "cosine", "onecycle". None removes it."""
+        "multistep", "cosine", "onecycle". None removes it. Unlike a PyTorch
+        scheduler, which counts from its own creation, step t of the schedule
+        is the optimizer's t-th step (its steps so far, with those a grad
+        scaler skipped), so a schedule set after 5 steps starts at t = 5, and
+        a resumed run (checkpoint or state_dict) continues its curve. .lr is
+        set as each step starts: read after a step, it is that step's lr."""
         text = None if schedule is None else _json_text(schedule, 'lr schedule').encode()
         _check(_lib.optimizer_set_lr_schedule(self._h, text))
         self._scheduled = text is not None and text != b''

@@ -148,6 +148,13 @@ DP_API dp_status dp_model_parameter_info(const dp_model* m, int index, const cha
 /* Buffers (batch-norm running statistics): same layout rules. */
 DP_API dp_status dp_model_num_buffers(const dp_model* m, int64_t* count);
 DP_API dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count);
+/* Overwrites all buffers from src (count floats, declaration order). */
+DP_API dp_status dp_model_set_buffers(dp_model* m, const float* src, int64_t count);
+/* Buffer tensors: how many, and the name ("1.running_mean", PyTorch's
+ * state_dict name) and shape of one. *name is owned by the model. */
+DP_API dp_status dp_model_num_buffer_tensors(const dp_model* m, int* count);
+DP_API dp_status dp_model_buffer_info(const dp_model* m, int index, const char** name, int* ndim,
+                                      int64_t shape[DP_MAX_DIMS]);
 /* The per-sample input shape from the model's "input". */
 DP_API dp_status dp_model_input_shape(const dp_model* m, int* ndim, int64_t shape[DP_MAX_DIMS]);
 /* The per-sample output shape (of the last layer). */

@@ -370,18 +370,7 @@ class Model : public detail::Handle<dp_model, dp_model_destroy> {
   }
   // The parameter tensors' names and shapes (named_parameters()).
   std::vector<ParameterInfo> parameter_info() const {
-    int n = 0;
-    check(dp_model_num_parameter_tensors(get(), &n));
-    std::vector<ParameterInfo> out;
-    out.reserve(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      const char* name = nullptr;
-      int nd = 0;
-      int64_t dims[DP_MAX_DIMS];
-      check(dp_model_parameter_info(get(), i, &name, &nd, dims));
-      out.push_back(ParameterInfo{name, detail::to_shape(nd, dims)});
-    }
-    return out;
+    return tensor_info(dp_model_num_parameter_tensors, dp_model_parameter_info);
   }
   // The buffers (batch-norm running statistics), flat.
   std::vector<float> buffers() const {
@@ -391,6 +380,11 @@ class Model : public detail::Handle<dp_model, dp_model_destroy> {
     check(dp_model_copy_buffers(get(), b.data(), n));
     return b;
   }
+  void set_buffers(Span<const float> src) {
+    check(dp_model_set_buffers(get(), src.data(), static_cast<int64_t>(src.size())));
+  }
+  // The buffer tensors' names ("1.running_mean") and shapes.
+  std::vector<ParameterInfo> buffer_info() const { return tensor_info(dp_model_num_buffer_tensors, dp_model_buffer_info); }
   Shape input_shape() const {
     int nd = 0;
     int64_t dims[DP_MAX_DIMS];
@@ -408,6 +402,24 @@ class Model : public detail::Handle<dp_model, dp_model_destroy> {
   void save_safetensors(const std::string& path) const { check(dp_model_save_safetensors(get(), path.c_str())); }
   // The model and its weights as an ONNX file (evaluation form; dp_model_export_onnx).
   void export_onnx(const std::string& path) const { check(dp_model_export_onnx(get(), path.c_str())); }
+
+ private:
+  using CountFn = dp_status (*)(const dp_model*, int*);
+  using InfoFn = dp_status (*)(const dp_model*, int, const char**, int*, int64_t*);
+  std::vector<ParameterInfo> tensor_info(CountFn count, InfoFn info) const {
+    int n = 0;
+    check(count(get(), &n));
+    std::vector<ParameterInfo> out;
+    out.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const char* name = nullptr;
+      int nd = 0;
+      int64_t dims[DP_MAX_DIMS];
+      check(info(get(), i, &name, &nd, dims));
+      out.push_back(ParameterInfo{name, detail::to_shape(nd, dims)});
+    }
+    return out;
+  }
 };
 
 class Optimizer;

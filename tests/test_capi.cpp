@@ -88,6 +88,56 @@ TEST_CASE("parameters: count, names as nn.Sequential, shapes, round trip") {
   dp_model_destroy(m3);
 }
 
+TEST_CASE("buffers: names as nn.Sequential's state_dict, shapes, round trip; a group sees what was set") {
+  Fixture f;
+  dp_model* m = f.model(R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2},
+    {"type": "batch_norm", "affine": false}, {"type": "linear", "out_features": 2}, {"type": "batch_norm"}]})");
+  int tensors = 0;
+  DP_REQUIRE_OK(dp_model_num_buffer_tensors(m, &tensors));
+  REQUIRE(tensors == 4);
+  const char* expect[] = {"1.running_mean", "1.running_var", "3.running_mean", "3.running_var"};
+  for (int i = 0; i < 4; ++i) {
+    const char* name = nullptr;
+    int nd = 0;
+    int64_t shape[DP_MAX_DIMS];
+    DP_REQUIRE_OK(dp_model_buffer_info(m, i, &name, &nd, shape));
+    CHECK(std::string(name) == expect[i]);
+    CHECK(nd == 1);
+    CHECK(shape[0] == 2);
+  }
+  const char* name = nullptr;
+  int nd = 0;
+  int64_t shape[DP_MAX_DIMS];
+  CHECK(dp_model_buffer_info(m, 4, &name, &nd, shape) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(dp_last_error()).find("buffer index 4 is outside [0, 4)") != std::string::npos);
+  // Set and read back; wrong counts refused.
+  const std::vector<float> stats{1, 1, 4, 4, 0, 0, 1, 1};
+  DP_REQUIRE_OK(dp_model_set_buffers(m, stats.data(), 8));
+  std::vector<float> got(8);
+  DP_REQUIRE_OK(dp_model_copy_buffers(m, got.data(), 8));
+  CHECK(got == stats);
+  CHECK(dp_model_set_buffers(m, stats.data(), 7) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_model_set_buffers(m, nullptr, 8) == DP_ERR_INVALID_ARGUMENT);
+  // A group evaluates with statistics set this way.
+  dp_model* probe = f.model(R"({"input": {"shape": [2]}, "layers": [{"type": "batch_norm", "affine": false}]})");
+  const std::vector<float> probe_stats{1, 1, 4, 4};
+  DP_REQUIRE_OK(dp_model_set_buffers(probe, probe_stats.data(), 4));
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(probe, "cpu:0,cpu:1", &g));
+  DP_REQUIRE_OK(dp_group_set_training(g, 0));
+  dp_tensor* x = make_f32(f.ctx, {3, 5, -1, 1}, {2, 2});
+  dp_tensor* y = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, x, &y));
+  const std::vector<float> out = tensor_data(y);
+  const std::vector<float> want{1, 2, -1, 0};  // (x - 1) / sqrt(4 + 1e-5)
+  for (size_t i = 0; i < 4; ++i) CHECK(out[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
+  dp_group_destroy(g);
+  dp_model_destroy(probe);
+  dp_model_destroy(m);
+}
+
 TEST_CASE("forward gathers every replica's rows in order: same output on 1 and 3 devices") {
   Fixture f;
   dp_model* m = f.model(kMlp);

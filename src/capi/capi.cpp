@@ -231,15 +231,48 @@ dp_status dp_model_num_parameter_tensors(const dp_model* m, int* count) {
   DP_GUARD_END
 }
 
+// Tensor `index` of a model's parameters or buffers: its name and shape.
+static void tensor_info(const std::vector<dp::NamedTensor>& info, const char* kind, int index, const char** name, int* ndim,
+                        int64_t shape[DP_MAX_DIMS]) {
+  if (index < 0 || index >= static_cast<int>(info.size()))
+    fail(DP_ERR_INVALID_ARGUMENT, std::string(kind) + " index " + std::to_string(index) + " is outside [0, " +
+                                      std::to_string(info.size()) + ")");
+  *name = info[static_cast<size_t>(index)].name.c_str();
+  copy_shape(info[static_cast<size_t>(index)].shape, ndim, shape);
+}
+
 dp_status dp_model_parameter_info(const dp_model* m, int index, const char** name, int* ndim,
                                   int64_t shape[DP_MAX_DIMS]) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && name && ndim && shape, "m, name, ndim and shape must not be NULL");
-  const auto& info = m->model->param_info;
-  if (index < 0 || index >= static_cast<int>(info.size()))
-    fail(DP_ERR_INVALID_ARGUMENT, "parameter index " + std::to_string(index) + " is outside [0, " + std::to_string(info.size()) + ")");
-  *name = info[index].name.c_str();
-  copy_shape(info[index].shape, ndim, shape);
+  tensor_info(m->model->param_info, "parameter", index, name, ndim, shape);
+  DP_GUARD_END
+}
+
+dp_status dp_model_num_buffer_tensors(const dp_model* m, int* count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && count, "m and count must not be NULL");
+  *count = static_cast<int>(m->model->buffer_info.size());
+  DP_GUARD_END
+}
+
+dp_status dp_model_buffer_info(const dp_model* m, int index, const char** name, int* ndim, int64_t shape[DP_MAX_DIMS]) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && name && ndim && shape, "m, name, ndim and shape must not be NULL");
+  tensor_info(m->model->buffer_info, "buffer", index, name, ndim, shape);
+  DP_GUARD_END
+}
+
+dp_status dp_model_set_buffers(dp_model* m, const float* src, int64_t count) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && (src || m->model->num_buffers() == 0), "m and src must not be NULL");
+  if (count != m->model->num_buffers())
+    fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_buffers: got " + std::to_string(count) + " floats, the model has " +
+                                      std::to_string(m->model->num_buffers()));
+  if (count > 0) {
+    std::vector<float>& buffers = m->model->mutable_buffers();
+    std::memcpy(buffers.data(), src, buffers.size() * sizeof(float));
+  }
   DP_GUARD_END
 }
 

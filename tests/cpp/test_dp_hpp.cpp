@@ -180,6 +180,16 @@ TEST_CASE("spans and vectors carry data in and out") {
   CHECK(info[0].name == "0.weight");
   CHECK(info[0].shape == dp::Shape{8, 4});
   CHECK(model.input_shape() == dp::Shape{4});
+  CHECK(model.buffer_info().empty());
+  dp::Model bn = dp::Model::from_json(ctx, R"({"input": {"shape": [3]}, "layers": [{"type": "batch_norm"}]})");
+  const std::vector<dp::ParameterInfo> binfo = bn.buffer_info();
+  REQUIRE(binfo.size() == 2);
+  CHECK(binfo[1].name == "0.running_var");
+  CHECK(binfo[1].shape == dp::Shape{3});
+  const std::vector<float> stats{1, 2, 3, 4, 5, 6};
+  bn.set_buffers(stats);
+  CHECK(bn.buffers() == stats);
+  CHECK_THROWS_AS(bn.set_buffers(std::vector<float>(5)), dp::Error);
   CHECK(dp::version() == dp_version());
 }
 

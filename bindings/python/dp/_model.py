@@ -5,7 +5,6 @@ import collections.abc
 import ctypes
 import math
 import os
-import tempfile
 
 from . import _lib
 from ._context import _ctx, device_count
@@ -31,6 +30,16 @@ def _with_nbt(tensors):
         out[name] = a
         if name == 'running_var' or name.endswith('.running_var'):
             out[name[:-len('running_var')] + _NBT] = np.array(0, np.int64)
+    return out
+
+
+def _split(flat, info):
+    """{name: array of its shape} (copies) from a flat array laid out as info, [(name, shape)]."""
+    out, at = collections.OrderedDict(), 0
+    for name, shape in info:
+        n = math.prod(shape)
+        out[name] = flat[at:at + n].reshape(shape).copy()
+        at += n
     return out
 
 
@@ -142,24 +151,39 @@ class Model:
 
     def parameter_info(self):
         """[(name, shape)] as nn.Sequential names them ("0.weight")."""
+        return self._tensor_info(_lib.model_num_parameter_tensors, _lib.model_parameter_info)
+
+    def buffer_info(self):
+        """[(name, shape)] of the buffers ("1.running_mean"), as the model's state_dict names them."""
+        self._need('dp_model_buffer_info', 'buffer_info')
+        return self._tensor_info(_lib.model_num_buffer_tensors, _lib.model_buffer_info)
+
+    def set_buffers(self, values):
+        """Overwrites the buffers from one flat array (buffers()' layout)."""
+        self._need('dp_model_set_buffers', 'set_buffers')
+        np = _np()
+        with _converting(f'set_buffers: values ({type(values).__name__}) as float32'):
+            a = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        _check(_lib.model_set_buffers(self._h, a.ctypes.data if a.size else None, a.size))
+
+    def _need(self, fn, what):
+        if fn in _lib.missing:
+            raise UnsupportedError(f'dp: {_lib.path} predates {fn} (Model.{what}); use a newer libdp')
+
+    def _tensor_info(self, count_fn, info_fn):
         n = ctypes.c_int()
-        _check(_lib.model_num_parameter_tensors(self._h, ctypes.byref(n)))
+        _check(count_fn(self._h, ctypes.byref(n)))
         out = []
         for i in range(n.value):
             name, nd = ctypes.c_char_p(), ctypes.c_int()
             shp = (ctypes.c_int64 * _lib.MAX_DIMS)()
-            _check(_lib.model_parameter_info(self._h, i, ctypes.byref(name), ctypes.byref(nd), shp))
+            _check(info_fn(self._h, i, ctypes.byref(name), ctypes.byref(nd), shp))
             out.append((name.value.decode(), tuple(shp[:nd.value])))
         return out
 
     def named_parameters(self):
         """{name: array} (copies), in declaration order."""
-        flat, out, at = self.parameters(), {}, 0
-        for name, shape in self.parameter_info():
-            n = math.prod(shape)
-            out[name] = flat[at:at + n].reshape(shape)
-            at += n
-        return out
+        return dict(_split(self.parameters(), self.parameter_info()))
 
     @property
     def input_shape(self):
@@ -211,11 +235,10 @@ class Model:
         """{name: NumPy array} (copies) with PyTorch's names and order:
         parameters ("0.weight"), buffers ("1.running_mean") and each batch
         norm's num_batches_tracked (0: dp keeps no count)."""
-        with tempfile.TemporaryDirectory(prefix='dp-state-') as d:
-            p = os.path.join(d, 'weights.safetensors')
-            self.save_safetensors(p)
-            tensors, _ = _st_read(p)
-        return _with_nbt(_sorted_by_module(tensors, [n for n, _ in self.parameter_info()]))
+        params = self.parameter_info()
+        tensors = _split(self.parameters(), params)
+        tensors.update(_split(self.buffers(), self.buffer_info()))
+        return _with_nbt(_sorted_by_module(tensors, [n for n, _ in params]))
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Copies a state_dict's arrays (NumPy, dp or torch CPU tensors, lists)
@@ -253,10 +276,11 @@ class Model:
                                          f'the shape in current model is {tuple(v.shape)}.')
                 v = a
             out[k] = v
-        with tempfile.TemporaryDirectory(prefix='dp-state-') as d:
-            p = os.path.join(d, 'weights.safetensors')
-            _st_write(p, out)
-            self.load_safetensors(p)
+        np = _np()
+        flat = [np.concatenate([out[n].reshape(-1) for n, _ in info] or [np.zeros(0, np.float32)])
+                for info in (self.parameter_info(), self.buffer_info())]
+        self.set_parameters(flat[0])
+        self.set_buffers(flat[1])
         return IncompatibleKeys(missing, unexpected)
 
 

@@ -271,6 +271,20 @@ def test_kept_batches_are_not_refilled():
     assert [b[1].numpy().tolist() for b in kept] == [list(range(i, min(i + 10, 35))) for i in range(0, 35, 10)]
 
 
+def test_buffer_info_and_set_buffers():
+    m = dp.Model(SMALL)  # linear, batch_norm, relu, linear
+    assert m.buffer_info() == [('1.running_mean', (6,)), ('1.running_var', (6,))]
+    stats = np.arange(12, dtype=np.float32)
+    m.set_buffers(stats)
+    assert np.array_equal(m.buffers(), stats)
+    assert np.array_equal(m.state_dict()['1.running_var'], stats[6:])
+    with pytest.raises(dp.InvalidArgumentError, match='got 11 floats, the model has 12'):
+        m.set_buffers(stats[:11])
+    m2 = dp.Model(dict(SMALL, seed=9))
+    m2.load_state_dict(m.state_dict())
+    assert np.array_equal(m2.buffers(), stats) and np.array_equal(m2.parameters(), m.parameters())
+
+
 def test_a_second_iterator_takes_over_and_the_first_one_says_so():
     """A DataLoader has one position: zip(loader, loader) raises instead of
     splitting the batches between the two (it yielded (0, 5), (10, 15)), and

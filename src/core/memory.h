@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace dp {
@@ -29,7 +30,7 @@ void check_fits(uint64_t held, uint64_t bytes, uint64_t limit, const std::string
 // One owner's share of a running count of held bytes (a model's: what its
 // groups and optimizers hold, Model::attached_bytes): set() puts the share's
 // bytes in the count, replacing what it had put there; the destructor takes
-// them out. The count must outlive the share.
+// them out. The share keeps the count alive.
 class HeldShare {
  public:
   HeldShare() = default;
@@ -38,15 +39,15 @@ class HeldShare {
   ~HeldShare() {
     if (total_) *total_ -= bytes_;
   }
-  void set(std::atomic<uint64_t>& total, uint64_t bytes) {
+  void set(const std::shared_ptr<std::atomic<uint64_t>>& total, uint64_t bytes) {
     if (total_) *total_ -= bytes_;
-    total_ = &total;
+    total_ = total;
     bytes_ = bytes;
-    total += bytes;
+    *total_ += bytes;
   }
 
  private:
-  std::atomic<uint64_t>* total_ = nullptr;
+  std::shared_ptr<std::atomic<uint64_t>> total_;
   uint64_t bytes_ = 0;
 };
 

@@ -77,8 +77,10 @@ class Model {
   // Bytes that the groups and optimizers built on this model hold (replicas'
   // gradients and statistics, activations, optimizer state), each through a
   // HeldShare: with held_bytes(), what memory_limit is checked against.
-  std::atomic<uint64_t> attached_bytes{0};
-  uint64_t held_total() const { return held_bytes() + attached_bytes.load(); }
+  // Shared, so that a share may outlive the model (a group destroyed after
+  // its model, against dp.h's rule, must not write freed memory).
+  std::shared_ptr<std::atomic<uint64_t>> attached_bytes = std::make_shared<std::atomic<uint64_t>>(0);
+  uint64_t held_total() const { return held_bytes() + attached_bytes->load(); }
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
 
   const Shape& output_shape() const { return nodes.back().out_shape; }

@@ -112,9 +112,14 @@ class Optimizer {
   // GPU group's copy of the state knows to reload it.
   uint64_t host_version = 0;
   const uint64_t id = next_id();  // keys a GPU group's copy of the state
+  // Expires with the optimizer: a GPU group holding this optimizer's state
+  // keeps a weak reference, so that before it uploads another optimizer's
+  // state it can return this one's to the host, if it still exists.
+  std::weak_ptr<Optimizer*> alive() const { return alive_; }
 
  private:
   static uint64_t next_id();
+  const std::shared_ptr<Optimizer*> alive_ = std::make_shared<Optimizer*>(this);
   // prepare(): per chunk of kGrain gradients, the squares of the scaled and
   // of the unscaled gradients; sized once.
   std::vector<double> chunk_sums_;

@@ -973,6 +973,48 @@ TEST_CASE("optimizer state through the C ABI on cuda:0: read from and written to
   }
 }
 
+// A GPU holds one optimizer's state at a time: two optimizers used in turn on
+// one group must each keep their own (the second's upload must not lose the
+// first's), as on the CPU, where each optimizer's state is its own array.
+TEST_CASE("two optimizers used in turn on one CUDA group each keep their own state, as on the CPU") {
+  progress("two optimizers in turn");
+  Session gpu(kMlp, "cuda:0", kSgd), cpu(kMlp, "cpu:0", kSgd);
+  dp_optimizer* gpu_adam = nullptr;
+  dp_optimizer* cpu_adam = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(gpu.group, kAdam, &gpu_adam));
+  DP_REQUIRE_OK(dp_optimizer_create(cpu.group, kAdam, &cpu_adam));
+  float loss = 0;
+  for (int k = 0; k < 6; ++k) {  // sgd, adam, sgd, adam, ...
+    dp_optimizer* g = k % 2 ? gpu_adam : gpu.opt;
+    dp_optimizer* c = k % 2 ? cpu_adam : cpu.opt;
+    std::swap(gpu.opt, g);
+    std::swap(cpu.opt, c);
+    const dp_status gs = gpu.step(10, k, &loss), cs = cpu.step(10, k, &loss);
+    std::swap(gpu.opt, g);
+    std::swap(cpu.opt, c);
+    DP_REQUIRE_OK(gs);
+    DP_REQUIRE_OK(cs);
+  }
+  expect_close(params_of(gpu.model), params_of(cpu.model), "parameters after 6 alternating steps", 1e-4, 1e-2);
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(gpu.model, &n));
+  auto state = [n](dp_optimizer* o, const char* name) {
+    std::vector<float> v(static_cast<size_t>(n));
+    DP_REQUIRE_OK(dp_optimizer_copy_state(o, name, v.data(), n));
+    return v;
+  };
+  expect_close(state(gpu.opt, "momentum_buffer"), state(cpu.opt, "momentum_buffer"), "sgd's momentum", 1e-4, 1e-2);
+  expect_close(state(gpu_adam, "exp_avg"), state(cpu_adam, "exp_avg"), "adam's exp_avg", 1e-4, 1e-2);
+  expect_close(state(gpu_adam, "exp_avg_sq"), state(cpu_adam, "exp_avg_sq"), "adam's exp_avg_sq", 1e-4, 1e-2);
+  // Destroyed while its state is on the GPU: the next optimizer uploads its own.
+  dp_optimizer_destroy(gpu_adam);
+  dp_optimizer_destroy(cpu_adam);
+  DP_REQUIRE_OK(gpu.step(10, 6, &loss));
+  DP_REQUIRE_OK(cpu.step(10, 6, &loss));
+  expect_close(params_of(gpu.model), params_of(cpu.model), "parameters after the adam optimizer was destroyed", 1e-4,
+               1e-2);
+}
+
 // ------------------------------------------------------- cudnn benchmark --
 
 // Mixed precision (DP_GROUP_PRECISION). Against float32 on the CPU, bf16's

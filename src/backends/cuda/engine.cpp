@@ -93,6 +93,7 @@ class CudaEngine final : public Engine, public DeviceCopy {
     if (nccl_ && !nccl_->broken().empty()) fail(nccl_->failure_status(), nccl_->broken());
   }
   void upload_if_stale();
+  void evict_optimizer(const Optimizer& next);
   void prepare_optimizer(Slot& s, Optimizer& opt);
   void apply(Optimizer* opt, bool with_step_sum);
   bool prepare_grads(Optimizer& opt, bool with_step_sum);
@@ -108,6 +109,8 @@ class CudaEngine final : public Engine, public DeviceCopy {
   std::atomic<bool> buckets_started_{false};
   uint64_t uploaded_version_ = ~uint64_t(0), uploaded_buffers_ = ~uint64_t(0);
   bool device_newer_ = false;
+  // The optimizer whose state the slots hold (their opt_id), while it exists.
+  std::weak_ptr<Optimizer*> resident_;
   CudaStaging staging_;
 };
 
@@ -389,8 +392,19 @@ void CudaEngine::abandon() {
   cudaGetLastError();
 }
 
+// Each GPU holds one optimizer's state. Before another optimizer's is
+// uploaded, the one there goes back to its host arrays (if that optimizer
+// still exists and its host copy is not newer), so that optimizers used in
+// turn on one group each keep their own state, as on the CPU.
+void CudaEngine::evict_optimizer(const Optimizer& next) {
+  if (slots_[0].opt_id == 0 || slots_[0].opt_id == next.id) return;
+  if (std::shared_ptr<Optimizer*> prev = resident_.lock()) optimizer_to_host(**prev);
+  resident_.reset();
+}
+
 void CudaEngine::prepare_optimizer(Slot& s, Optimizer& opt) {
   if (s.opt_id == opt.id && s.opt_version == opt.host_version) return;
+  resident_ = opt.alive();
   auto state = opt.state();
   Tensor* dst[2] = {&s.state0, &s.state1};
   for (size_t i = 0; i < state.size() && i < 2; ++i) {
@@ -413,6 +427,7 @@ void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   }
   OptimRule rule;
   if (opt) {
+    evict_optimizer(*opt);
     opt->start_step();
     rule = opt->rule();
   }

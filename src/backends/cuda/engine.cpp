@@ -421,19 +421,27 @@ void CudaEngine::prepare_optimizer(Slot& s, Optimizer& opt) {
 void CudaEngine::apply(Optimizer* opt, bool with_step_sum) {
   check_usable();
   upload_if_stale();
+  if (opt) {
+    // Every GPU's copy of the optimizer's state first: an allocation that
+    // fails on one GPU (out of memory) then changes nothing anywhere, where
+    // in the update loop it left the GPUs' parameters differing.
+    evict_optimizer(*opt);
+    for (Slot& s : slots_) {
+      DP_CUDA_CHECK(cudaSetDevice(s.device));
+      prepare_optimizer(s, *opt);
+    }
+  }
   if (opt && opt->defers()) {
     if (!prepare_grads(*opt, with_step_sum)) return;
     with_step_sum = false;  // prepare_grads() added it
   }
   OptimRule rule;
   if (opt) {
-    evict_optimizer(*opt);
     opt->start_step();
     rule = opt->rule();
   }
   for (Slot& s : slots_) {
     DP_CUDA_CHECK(cudaSetDevice(s.device));
-    if (opt) prepare_optimizer(s, *opt);
     cudaStream_t st = main_stream(s);
     const float* step = nullptr;
     if (with_step_sum) step = bucketed_ ? rep(s.replicas[0]).graph().grads() : s.step_sum.f32();

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -126,7 +127,9 @@ DistConfig dist_config_from_env() {
 // handlers are detached and counted (open_), and the destructor waits for
 // the count to reach 0: a connection's thread ends with it, so a process
 // that exits without destroying its group (a rank failing at once) leaves
-// no finished thread unjoined behind it.
+// no finished thread unjoined behind it. A connection's handler closes its
+// socket as it ends: whatever else connects to the port over a long run (a
+// probe, a scanner) costs no descriptor once it has gone.
 class TcpStore::Server {
  public:
   Server(const std::string& host, int port) {
@@ -170,9 +173,8 @@ class TcpStore::Server {
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (int fd : clients_) ::shutdown(fd, SHUT_RDWR);
-      left_.wait(lock, [this] { return open_ == 0; });  // the handlers are done with this
+      left_.wait(lock, [this] { return open_ == 0; });  // the handlers are done with this, and closed theirs
     }
-    for (int fd : clients_) ::close(fd);
     ::close(listen_fd_);
   }
 
@@ -182,7 +184,13 @@ class TcpStore::Server {
       pollfd p{listen_fd_, POLLIN, 0};
       if (::poll(&p, 1, 100) <= 0) continue;
       const int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        // Out of descriptors (EMFILE), the connection waits in the queue and
+        // poll() answers at once: pause rather than spin.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) {
         ::close(fd);
@@ -204,6 +212,8 @@ class TcpStore::Server {
   void serve(int fd) {
     answer(fd);
     std::lock_guard<std::mutex> lock(mu_);
+    clients_.erase(std::find(clients_.begin(), clients_.end(), fd));
+    ::close(fd);  // under the lock: the destructor never shuts down a number reused since
     --open_;
     left_.notify_all();
   }

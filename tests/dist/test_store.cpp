@@ -3,12 +3,18 @@
 // store; a rank that never comes, a world size that differs and a port
 // nobody serves end in an error naming what is wrong, within the time limit,
 // never a hang. And the launchers' environments parse as they should.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -79,6 +85,48 @@ TEST_CASE("a port nobody serves: the error names the address, within the time li
   CHECK(out[0].message.find("cannot reach the store of rank 0 at 127.0.0.1:" + std::to_string(port) + " within 1 s") !=
         std::string::npos);
   CHECK(out[0].message.find("MASTER_PORT") != std::string::npos);
+}
+
+// Rank 0's store stays up as long as the job: whatever else reaches its
+// port (a health probe, a scanner, a client of another protocol) must not
+// cost it a descriptor per connection, nor stop it answering its ranks.
+TEST_CASE("the store's server: connections that come and go, or speak another protocol, leave nothing behind") {
+  auto open_fds = [] {
+    int n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d)) ++n;
+      closedir(d);
+    }
+    return n;
+  };
+  const int port = free_port();
+  dp::TcpStore store("127.0.0.1", port, /*serve=*/true, 10);
+  store.set("k", "v");
+  const int before = open_fds();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string garbage[] = {"", "GET / HTTP/1.0\r\n\r\n", std::string("S\xff\xff\xff\xff", 5),
+                                 std::string("G\x05\x00\x00\x00ab", 7)};
+  for (int i = 0; i < 400; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const std::string& g = garbage[i % 4];
+    if (!g.empty()) CHECK(::send(fd, g.data(), g.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(g.size()));
+    ::close(fd);
+  }
+  // The handlers end as their peers close; give them a moment.
+  int after = open_fds();
+  for (int k = 0; k < 100 && after > before + 2; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    after = open_fds();
+  }
+  CHECK(after <= before + 2);
+  CHECK(store.get({"k"}, 5)[0] == "v");
+  store.set("k2", "w");
+  CHECK(store.get({"k2"}, 5)[0] == "w");
 }
 
 TEST_CASE("launchers' environments: torchrun, mpirun, Slurm, and what is wrong with a bad one") {

@@ -248,6 +248,14 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('eval', 'mn.json', 'mn.ckpt', '--data', 'mnist:mn', '--devices', 'cpu:0', '--transform', '{}')
     expect(r.returncode == 0 and abs(last_json(r.stdout)['test_loss'] - recorded['test_loss']) > 1e-3,
            '--transform overrides it (plain [0, 1] pixels give another loss)', r.stdout + str(recorded))
+    # The same files uncompressed (as some mirrors ship them): read alike.
+    os.mkdir('mn_raw')
+    for name in os.listdir('mn'):
+        with gzip.open(f'mn/{name}', 'rb') as f, open(f'mn_raw/{name[:-3]}', 'wb') as g:
+            g.write(f.read())
+    r = run('eval', 'mn.json', 'mn.ckpt', '--data', 'mnist:mn_raw', '--devices', 'cpu:0')
+    expect(r.returncode == 0 and last_json(r.stdout)['test_loss'] == recorded['test_loss'],
+           'uncompressed IDX files evaluate as the compressed ones', r.stdout + r.stderr)
 
     # --max-steps stops early (benchmarks), exit 0, no epoch completed.
     r = run('train', 'mlp.json', *common, '--epochs', '3', '--max-steps', '5')

@@ -28,6 +28,13 @@ TEST_CASE("advice only when the kernel uses less than the CPU has, and OPENBLAS_
   CHECK(blas_kernel_advice("Prescott", 0, "", nullptr).empty());  // no AVX at all, or not x86
   // The user chose a kernel: theirs stands, even a slower one.
   CHECK(blas_kernel_advice("Prescott", 3, "SkylakeX", "Prescott").empty());
+  // ... unless it needs vector units the CPU lacks: OpenBLAS would stop the program with SIGILL.
+  CHECK(blas_kernel_advice("SkylakeX", 2, "Zen", "SkylakeX") ==
+        ". OPENBLAS_CORETYPE=SkylakeX selects a kernel for AVX-512, which this CPU lacks (it has AVX2): its products "
+        "would stop the program (SIGILL); unset it or use OPENBLAS_CORETYPE=Zen");
+  CHECK(blas_kernel_advice("Haswell", 1, "Sandybridge", "Haswell").find("kernel for AVX2, which this CPU lacks (it has AVX)") !=
+        std::string::npos);
+  CHECK(blas_kernel_advice("Haswell", 2, "Zen", "Haswell").empty());
 }
 
 TEST_CASE("dp_device_name(\"cpu\") names the processor and the kernel OpenBLAS runs") {

@@ -10,9 +10,16 @@
 
 namespace dpcli {
 
+// DIR/PREFIX-images-idx3-ubyte.gz, or without .gz when only that is there
+// (the reader takes IDX files compressed or not).
+static std::string idx_file(const std::string& dir, const std::string& name) {
+  const std::string gz = dir + "/" + name + ".gz", plain = dir + "/" + name;
+  return ::access(gz.c_str(), F_OK) != 0 && ::access(plain.c_str(), F_OK) == 0 ? plain : gz;
+}
+
 static Dataset idx(dp_context* ctx, const std::string& dir, const std::string& prefix) {
   dp_dataset* ds = nullptr;
-  std::string images = dir + "/" + prefix + "-images-idx3-ubyte.gz", labels = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  std::string images = idx_file(dir, prefix + "-images-idx3-ubyte"), labels = idx_file(dir, prefix + "-labels-idx1-ubyte");
   check(dp_dataset_from_idx(ctx, images.c_str(), labels.c_str(), &ds), "--data");
   return Dataset(ds);
 }

@@ -98,6 +98,13 @@ std::string cpu_description() {
 
 std::string blas_kernel_advice(const std::string& kernel, int cpu_level, const std::string& cpu_kernel,
                                const char* coretype) {
+  static const char* const kUnits[] = {"no AVX", "AVX", "AVX2", "AVX-512"};
+  // A kernel set by hand for vector units this CPU lacks: its first product
+  // stops the program with an illegal instruction (SIGILL).
+  if (coretype && *coretype && kernel_level(kernel) > cpu_level)
+    return std::string(". OPENBLAS_CORETYPE=") + coretype + " selects a kernel for " + kUnits[kernel_level(kernel)] +
+           ", which this CPU lacks (it has " + kUnits[cpu_level] + "): its products would stop the program (SIGILL); " +
+           (cpu_kernel.empty() ? std::string("unset it") : "unset it or use OPENBLAS_CORETYPE=" + cpu_kernel);
   if ((coretype && *coretype) || cpu_level <= kernel_level(kernel) || cpu_kernel.empty()) return "";
   return std::string(". This CPU has ") + (cpu_level == 3 ? "AVX-512" : cpu_level == 2 ? "AVX2" : "AVX") +
          ", which OpenBLAS's kernel does not use (it did not recognise the CPU): run with OPENBLAS_CORETYPE=" + cpu_kernel +

@@ -160,8 +160,12 @@ def FashionMNIST(root=FASHION_MNIST_DIR, train=True, normalize=True, ctx=None):
     """Fashion-MNIST from its IDX files (Debian's dataset-fashion-mnist by
     default), normalised as `dp train --data fashion-mnist` does."""
     prefix = 'train' if train else 't10k'
-    ds = Dataset.from_idx(os.path.join(root, f'{prefix}-images-idx3-ubyte.gz'),
-                          os.path.join(root, f'{prefix}-labels-idx1-ubyte.gz'), ctx=ctx)
+
+    def file(name):  # compressed, or not when only that is there
+        gz = os.path.join(root, name + '.gz')
+        plain = os.path.join(root, name)
+        return plain if not os.path.exists(gz) and os.path.exists(plain) else gz
+    ds = Dataset.from_idx(file(f'{prefix}-images-idx3-ubyte'), file(f'{prefix}-labels-idx1-ubyte'), ctx=ctx)
     return ds.set_transform(FASHION_MNIST_NORMALIZE) if normalize else ds
 
 

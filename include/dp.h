@@ -328,6 +328,20 @@ DP_API dp_status dp_process_group_local_rank(const dp_process_group* pg, int* lo
 DP_API dp_status dp_process_group_local_world_size(const dp_process_group* pg, int* local_world_size);
 /* Returns once every process has called it. */
 DP_API dp_status dp_process_group_barrier(dp_process_group* pg);
+/* Stopping together, e.g. on Ctrl-C in one process's shell (a process that
+ * stops alone leaves the others waiting in its next collective until
+ * DP_COMM_TIMEOUT). A process asks with dp_process_group_request_stop; the
+ * request travels with the results of the next job of a group on pg
+ * (dp_group_train_step, dp_group_forward_backward, dp_group_evaluate,
+ * dp_group_forward; not dp_group_backward), at no extra cost, and after that
+ * job dp_process_group_stop_requested gives every process the same answer:
+ * *processes, how many had asked (0: none yet; it stays set). A training
+ * loop checks it after each step and, when non-zero, leaves the loop on
+ * every process after the same step, then saves (dp_checkpoint_save is
+ * collective). Not for a signal handler: set a flag there and ask from the
+ * loop. In a world of one process a request is agreed at once. */
+DP_API dp_status dp_process_group_request_stop(dp_process_group* pg);
+DP_API dp_status dp_process_group_stop_requested(const dp_process_group* pg, int* processes);
 /* A group over this process's `devices` ("cpu:0,cpu:1"), part of one group
  * over every process's devices (a collective call). Every process starts
  * from rank 0's parameters and buffers. DP_ERR_INVALID_ARGUMENT on every

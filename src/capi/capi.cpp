@@ -593,8 +593,7 @@ dp_status dp_optimizer_set_clip_grad_norm(dp_optimizer* opt, double max_norm) {
   DP_CHECK_ARG(opt, "opt is NULL");
   DP_CHECK_ARG(max_norm >= 0 && !std::isnan(max_norm), "max_norm must be >= 0 (0: off; infinity: measure only), got " +
                                                             std::to_string(max_norm));
-  // Every process must clip alike, or their parameters would drift apart.
-  if (dp::ProcessGroup* pg = opt->group->group->process_group()) pg->check_same("clip_grad_norm", std::to_string(max_norm));
+  // Every process must clip alike: each step compares (Group::check_settings).
   opt->opt->max_grad_norm = max_norm;
   DP_GUARD_END
 }
@@ -612,8 +611,7 @@ dp_status dp_optimizer_set_grad_scaler(dp_optimizer* opt, const char* json) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt, "opt is NULL");
   dp::GradScaler s = dp::GradScaler::from_json(json);  // throws before anything changes
-  // Every process must scale alike (the settings, as parsed).
-  if (dp::ProcessGroup* pg = opt->group->group->process_group()) pg->check_same("grad_scaler", s.config());
+  // Every process must scale alike: each step compares (Group::check_settings).
   opt->opt->scaler = s;
   DP_GUARD_END
 }

@@ -57,6 +57,20 @@ dp_status dp_process_group_barrier(dp_process_group* pg) {
   DP_GUARD_END
 }
 
+dp_status dp_process_group_request_stop(dp_process_group* pg) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(pg, "pg is NULL");
+  pg->pg->request_stop();
+  DP_GUARD_END
+}
+
+dp_status dp_process_group_stop_requested(const dp_process_group* pg, int* processes) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(pg && processes, "pg and processes must not be NULL");
+  *processes = pg->pg->stop_agreed();
+  DP_GUARD_END
+}
+
 dp_status dp_group_create_distributed(dp_model* m, const char* devices, dp_process_group* pg, dp_group** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && devices && pg && out, "m, devices, pg and out must not be NULL");

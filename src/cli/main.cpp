@@ -20,6 +20,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cli.h"
 #include "plot.h"
 
@@ -49,7 +51,19 @@ static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths)
 
 static volatile std::sig_atomic_t g_stop = 0;
 static int g_rank = -1;  // in a process group: this process's rank (errors name it)
-static void on_sigint(int) { g_stop = 1; }
+// The first Ctrl-C stops after the current step (in a process group: every
+// process after the same step, dp_process_group_request_stop); a second one
+// ends the process at once, as the default action would.
+static void on_sigint(int) {
+  if (g_stop) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  g_stop = 1;
+  static const char msg[] = "\ndp: Ctrl-C: stopping after this step (Ctrl-C again to quit at once)\n";
+  if (::write(2, msg, sizeof msg - 1) < 0) return;  // async-signal-safe, unlike stdio
+}
 
 static Model load_model(dp_context* ctx, const std::string& path) {
   dp_model* m = nullptr;
@@ -308,6 +322,16 @@ static int train(const TrainOptions& o) {
   EvalResult last_eval;
   bool interrupted = false, step_limit = false;
   int64_t steps_run = 0;
+  // Ctrl-C: alone, stop after this step; in a process group, ask the others,
+  // and stop when they have all learnt of it (after the same step on every
+  // process: one stopping alone would leave the others in its next step).
+  int stopping = 0;  // in a process group: the processes that asked
+  auto stop_now = [&] {
+    if (!pg) return g_stop != 0;
+    if (g_stop) check(dp_process_group_request_stop(pg), "process group");
+    check(dp_process_group_stop_requested(pg, &stopping), "process group");
+    return stopping > 0;
+  };
   for (; epoch < o.epochs && !interrupted && !step_limit; ++epoch) {
     double loss_sum = 0, epoch_start = now_seconds(), step_loss = 0;
     int64_t epoch_rows = 0, rows = 0;
@@ -355,7 +379,7 @@ static int train(const TrainOptions& o) {
         evaluated(r, at);
         if (lead && !o.plot.empty()) chart.evals.push_back({global_step, r.loss, r.accuracy});
       }
-      if (g_stop) {
+      if (stop_now()) {
         interrupted = true;
         break;
       }
@@ -385,6 +409,8 @@ static int train(const TrainOptions& o) {
     save();
     if (lead)
       progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
+                    (interrupted && pg ? " (on " + std::to_string(stopping) + " of " + std::to_string(world) + " processes)"
+                                       : std::string()) +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
   if (!o.plot.empty() && lead) write_plot(o.plot, chart);

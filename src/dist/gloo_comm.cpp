@@ -294,7 +294,7 @@ void GlooComm::guarded(const char* what, F&& f) {
     // most to notice; a peer that hangs is not lost, it timed out).
     std::string lost = store_->lost_rank(world_size_, 1.0);
     abort(std::string(what) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
-          (lost.empty() ? "a peer left, or did not answer within " + std::to_string(int(timeout_s())) + " s (DP_COMM_TIMEOUT)"
+          (lost.empty() ? "a peer left, or did not answer within " + seconds_text(timeout_s()) + " (DP_COMM_TIMEOUT)"
                         : lost + " died or left") +
           " (" + e.what() + ")");
     wait(rank_);

@@ -58,27 +58,42 @@ ProcessGroup::ProcessGroup(const DistConfig& config) : config_(config) {
 #endif
 }
 
-ProcessGroup::~ProcessGroup() = default;
+// Leaving, a rank says so: one that fails between two steps of setting up
+// (an error of its own before the next all_gather) then fails the others'
+// wait at once, rather than at the time limit.
+ProcessGroup::~ProcessGroup() {
+  if (!store_) return;
+  try {
+    store_->set("dp/left/" + std::to_string(config_.rank), "1");
+  } catch (...) {  // rank 0's store is gone already: nobody is waiting on it
+  }
+}
 
 // Polls the store until every rank's `prefix + rank` is set: their values,
 // in rank order. Stops early when the store saw a rank die: *lost is that
-// rank (else -1); or at the time limit: *missing names the ranks not there.
-std::vector<std::string> ProcessGroup::wait_ranks(const std::string& prefix, int* lost, std::string* missing) {
+// rank (else -1); when a rank whose value is missing left the group on
+// purpose (its own error, before this step): *left is that rank (else -1);
+// or at the time limit: *missing names the ranks not there.
+std::vector<std::string> ProcessGroup::wait_ranks(const std::string& prefix, int* lost, int* left,
+                                                  std::string* missing) {
   const int n = config_.world_size;
   std::vector<std::string> keys;
   for (int r = 0; r < n; ++r) keys.push_back(prefix + std::to_string(r));
   for (int r = 0; r < n; ++r) keys.push_back("dp/lost/" + std::to_string(r));
+  for (int r = 0; r < n; ++r) keys.push_back("dp/left/" + std::to_string(r));
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<bool> found;
     std::vector<std::string> values = store_->try_get(keys, &found);
-    *lost = -1;
+    *lost = *left = -1;
     missing->clear();
-    for (int r = n - 1; r >= 0; --r)
+    for (int r = n - 1; r >= 0; --r) {
       if (found[static_cast<size_t>(n + r)]) *lost = r;
+      if (found[static_cast<size_t>(2 * n + r)] && !found[static_cast<size_t>(r)]) *left = r;
+    }
     for (int r = 0; r < n; ++r)
       if (!found[static_cast<size_t>(r)]) *missing += (missing->empty() ? "" : ", ") + std::to_string(r);
-    if (missing->empty() || *lost >= 0 ||
+    if (missing->empty() || *lost >= 0 || *left >= 0 ||
         std::chrono::steady_clock::now() - start > std::chrono::duration<double>(config_.timeout_s)) {
       values.resize(static_cast<size_t>(n));
       return values;
@@ -91,23 +106,26 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   if (config_.world_size == 1) return {value};
   const std::string base = "dp/gather/" + std::to_string(seq_++) + "/";
   store_->set(base + std::to_string(config_.rank), value);
-  int lost = -1;
+  int lost = -1, left = -1;
   std::string missing;
-  std::vector<std::string> all = wait_ranks(base, &lost, &missing);
+  std::vector<std::string> all = wait_ranks(base, &lost, &left, &missing);
   // A rank lost after it gave its value (it read the result, failed on it
   // and exited) leaves a whole result: only a missing value is a failure.
   if (!missing.empty() && lost >= 0)
     fail(DP_ERR_COMM, "rank " + std::to_string(lost) + " died or left before every rank reached this step of setting up "
                       "(the store at " + store_->address() + " saw its connection close)");
+  if (!missing.empty() && left >= 0)
+    fail(DP_ERR_COMM, "rank " + std::to_string(left) + " left the process group before reaching this step of setting "
+                      "up (an error of its own: its output says which)");
   if (!missing.empty())
-    fail(DP_ERR_COMM, "ranks " + missing + " did not reach this step of setting up within " +
-                          std::to_string(static_cast<int>(config_.timeout_s)) + " s (store at " + store_->address() +
-                          "; DP_COMM_TIMEOUT sets the limit)");
+    fail(DP_ERR_COMM, (missing.find(',') == std::string::npos ? "rank " : "ranks ") + missing + " did not reach this step of setting up within " +
+                          seconds_text(config_.timeout_s) + " (store at " + store_->address() +
+                          "; DP_COMM_TIMEOUT or timeout_s sets the limit)");
   // Rank 0 serves the store: it returns once every rank has read (or was
   // lost), so that a rank failing on the result and exiting at once
   // (without destroying its group) takes nobody's answer with it.
   store_->set(base + "read/" + std::to_string(config_.rank), "");
-  if (config_.rank == 0) wait_ranks(base + "read/", &lost, &missing);
+  if (config_.rank == 0) wait_ranks(base + "read/", &lost, &left, &missing);
   return all;
 }
 

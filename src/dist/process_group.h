@@ -52,13 +52,26 @@ class ProcessGroup {
   // both values.
   void check_same(const std::string& what, const std::string& value);
 
+  // A stop asked by this process (Ctrl-C in its shell), agreed by every
+  // process after the same job of a group on this process group: each job's
+  // gathered results carry it (engine/comm.h's StopRequest). stop_agreed():
+  // how many processes had asked, 0 while none has; in a world of one, the
+  // request is agreed at once.
+  void request_stop() {
+    stop_.asked = true;
+    if (!comm_) stop_.agreed = 1;
+  }
+  int stop_agreed() const { return stop_.agreed; }
+  StopRequest& stop() { return stop_; }
+
  private:
-  std::vector<std::string> wait_ranks(const std::string& prefix, int* lost, std::string* missing);
+  std::vector<std::string> wait_ranks(const std::string& prefix, int* lost, int* left, std::string* missing);
 
   DistConfig config_;
   std::unique_ptr<TcpStore> store_;
   std::unique_ptr<Communicator> comm_;
   uint64_t seq_ = 0;  // all_gather calls so far (the same on every rank)
+  StopRequest stop_;
   int local_world_size_ = 1;
 };
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -80,6 +81,12 @@ bool recv_str(int fd, std::string* s) {
 }
 
 }  // namespace
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", s);
+  return text;
+}
 
 DistConfig dist_config_from_env() {
   DistConfig c;
@@ -290,7 +297,7 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout
     }
     if (fd_ >= 0) break;
     if (seconds_since(t0) > timeout_s)
-      fail(DP_ERR_COMM, "cannot reach the store of rank 0 at " + address_ + " within " + std::to_string(int(timeout_s)) +
+      fail(DP_ERR_COMM, "cannot reach the store of rank 0 at " + address_ + " within " + seconds_text(timeout_s) +
                           " s: " + why + " (is rank 0 running? MASTER_ADDR and MASTER_PORT must name it)");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -344,7 +351,7 @@ std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, dou
       if (!found[i]) missing += (missing.empty() ? "" : ", ") + keys[i];
     if (missing.empty()) return v;
     if (seconds_since(t0) > timeout_s)
-      fail(DP_ERR_COMM, "store at " + address_ + ": still no " + missing + " after " + std::to_string(int(timeout_s)) + " s");
+      fail(DP_ERR_COMM, "store at " + address_ + ": still no " + missing + " after " + seconds_text(timeout_s));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -400,7 +407,7 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
     if (why.empty() && nmissing == 0) break;
     if (why.empty() && seconds_since(t0) > c.timeout_s)
       why = std::string(nmissing > 1 ? "ranks " : "rank ") + missing + " of " + world + " did not join within " +
-            std::to_string(int(c.timeout_s)) + " s (store at " + store.address() + "; DP_COMM_TIMEOUT sets the limit)";
+            seconds_text(c.timeout_s) + " (store at " + store.address() + "; DP_COMM_TIMEOUT or timeout_s sets the limit)";
     if (!why.empty()) {
       store.set("dp/abort", why);
       if (c.rank == 0) {

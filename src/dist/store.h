@@ -22,6 +22,9 @@ namespace dp {
 // that is set; DP_COMM_TIMEOUT in seconds (default 300). Under torchrun
 // (TORCHELASTIC_USE_AGENT_STORE=True), whose agent serves a store at
 // MASTER_PORT, dp's store is at MASTER_PORT + 1.
+// A time limit as the messages give it: "300 s", "0.5 s".
+std::string seconds_text(double s);
+
 struct DistConfig {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";

@@ -12,12 +12,24 @@
 // Implementations: LocalComm (engine/local_comm.h: threads in one process,
 // and replicas sharing a GPU) and NcclComm (backends/cuda/nccl_comm.h).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "core/error.h"
 
 namespace dp {
+
+// A stop asked by any process of a group (Ctrl-C in one of its shells),
+// agreed by all after the same job: every job's gathered results
+// (Engine::gather_results) carry each process's `asked`, and `agreed` (the
+// number of processes that had asked, 0 for none) is set on every process
+// from the same sum. So all processes can stop after the same step, where
+// one stopping alone would leave the others waiting in its next collective.
+struct StopRequest {
+  std::atomic<bool> asked{false};
+  std::atomic<int> agreed{0};
+};
 
 class Communicator {
  public:

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 namespace dp {
@@ -25,6 +26,7 @@ void Engine::run(const RunPlan& plan) {
   active_ = static_cast<int>(plan.split->size());
   error_ = nullptr;
   gathered_ = false;
+  settings_differ_ = false;
   try {
     prepare(plan);
     threads_.run(n_, &Engine::run_one, this);
@@ -63,6 +65,8 @@ double Engine::total_loss() {
   return loss;
 }
 
+bool Engine::may_step() { return !settings_differ_ && std::isfinite(total_loss()); }
+
 void Engine::set_precision(int precision) {
   if (precision == DP_PRECISION_FP32) return;
   fail(DP_ERR_DEVICE, std::string(precision == DP_PRECISION_BF16 ? "bf16" : "fp16") +
@@ -78,7 +82,15 @@ void Engine::set_processes(Communicator* procs, int rank, int first, int global)
 
 void Engine::gather_results() {
   const int64_t stride = 2 + model_.stats_total;
-  results_.assign(static_cast<size_t>(global_ * stride), 0.0);
+  // After every replica's results: the processes asking to stop, then in a
+  // training step each replica's optimizer settings (every replica of this
+  // process writes this process's), so that every process learns, before
+  // any updates, whether all will update alike.
+  const size_t stop_at = static_cast<size_t>(global_ * stride);
+  results_.assign(stop_at + 1 + static_cast<size_t>(global_), 0.0);
+  if (stop_ && stop_->asked) results_[stop_at] = 1;
+  const double settings = plan_->opt ? static_cast<double>(plan_->opt->settings_hash()) : 0;
+  for (int r = 0; r < n_; ++r) results_[stop_at + 1 + static_cast<size_t>(first_ + r)] = settings;
   for (int r = 0; r < active_; ++r) {
     double* mine = results_.data() + (first_ + r) * stride;
     mine[0] = devices_[r]->loss_value();
@@ -89,6 +101,9 @@ void Engine::gather_results() {
     }
   }
   procs_->all_reduce_f64(rank_, results_.data(), static_cast<int64_t>(results_.size()));
+  if (stop_ && results_[stop_at] > 0) stop_->agreed = static_cast<int>(results_[stop_at]);
+  settings_differ_ = false;
+  for (int r = 1; r < global_; ++r) settings_differ_ = settings_differ_ || results_[stop_at + 1 + r] != results_[stop_at + 1];
   stats_.resize(static_cast<size_t>(global_ * model_.stats_total));
   for (int r = 0; r < global_; ++r)
     for (int64_t i = 0; i < model_.stats_total; ++i)

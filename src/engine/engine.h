@@ -100,6 +100,11 @@ class Engine {
   // The sum of the replicas' losses, in replica order (what the group
   // checks for NaN); with processes, of all processes' replicas.
   double total_loss();
+  // Whether a training step may update: its loss is finite and, across
+  // processes, every process's optimizer settings are the same (engines
+  // update nothing otherwise; the group then says which).
+  bool may_step();
+  bool settings_differ() const { return settings_differ_; }
   int64_t correct(int r);
   const float* stats(int r);
 
@@ -110,6 +115,9 @@ class Engine {
   // offsets and contexts are then this process's share. Set once, before
   // the first run.
   virtual void set_processes(Communicator* procs, int rank, int first, int global);
+  // With processes: the stop request that each job's gathered results carry
+  // (engine/comm.h); null: none.
+  void set_stop(StopRequest* stop) { stop_ = stop; }
   // With processes, since the engine was made: seconds spent in collectives
   // between processes, and the part of them a job waited for after its
   // replicas had finished (what overlap with backward did not hide).
@@ -171,7 +179,8 @@ class Engine {
   // With processes: every replica's loss, correct count and statistics, all
   // processes' (an all-reduce in which each process adds only its own
   // replicas'). Every process calls it once per job but kBackward, at the
-  // same point of the job: after its replicas' forward and loss.
+  // same point of the job: after its replicas' forward and loss. The same
+  // all-reduce carries the stop request (set_stop).
   void gather_results();
 
   Model& model_;
@@ -196,6 +205,8 @@ class Engine {
   Communicator* procs_ = nullptr;  // the level of processes, or null
   int rank_ = 0, first_ = 0, global_ = 0;
   bool gathered_ = false;  // this run's results are gathered
+  StopRequest* stop_ = nullptr;
+  bool settings_differ_ = false;  // this run's gathered optimizer settings differ between processes
 
  private:
   static void run_one(void* self, int r);

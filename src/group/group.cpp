@@ -46,37 +46,53 @@ static std::string fingerprint(const Model& m) {
          std::to_string(m.param_info.size()) + " tensors, " + std::to_string(m.num_buffers()) + " buffer floats";
 }
 
-Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
-    : model_(model), devices_(parse_devices(devices, &gpu_ordinals_)), global_(size()), rank_devices_{size()} {
-  const size_t n = devices_.size();
+Group::Group(Model& model, const std::string& devices, ProcessGroup* procs) : model_(model) {
   const bool distributed = procs && procs->world_size() > 1;
-  // Per sample, each layer's output and its gradient; on CPUs, each
-  // replica's gradients and statistics, checked before they are allocated.
-  for (const Node& node : model_.nodes)
-    activation_floats_ = checked_add(activation_floats_, node.out_shape.checked_numel(node.layer->path + " output"), "activations");
-  activation_floats_ = checked_mul(activation_floats_, 2, "activations and their gradients");
-  if (gpu_ordinals_.empty()) {
-    replica_bytes_ = static_cast<uint64_t>(checked_mul(
-        checked_mul(static_cast<int64_t>(n), checked_add(model_.num_params(), model_.stats_total, "replica"), "replicas"), 4, "replicas"));
-    check_fits(model_.held_total(), replica_bytes_, model_.memory_limit,
-               "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
-                   std::to_string(model_.num_params() + model_.stats_total) + " floats)");
-  }
-  // Across processes, a rank whose devices fail says so to the others, so
-  // that every rank fails at once rather than at the time limit.
+  // Across processes, a rank that cannot make its part (devices it cannot
+  // parse or use, replicas that would not fit) says so to the others, so
+  // that every rank fails at once, with its words and status, rather than
+  // at the time limit.
   std::string failed;
   try {
+    devices_ = parse_devices(devices, &gpu_ordinals_);
+    global_ = size();
+    rank_devices_ = {size()};
+    const size_t n = devices_.size();
+    // Per sample, each layer's output and its gradient; on CPUs, each
+    // replica's gradients and statistics, checked before they are allocated.
+    for (const Node& node : model_.nodes)
+      activation_floats_ =
+          checked_add(activation_floats_, node.out_shape.checked_numel(node.layer->path + " output"), "activations");
+    activation_floats_ = checked_mul(activation_floats_, 2, "activations and their gradients");
+    if (gpu_ordinals_.empty()) {
+      replica_bytes_ = static_cast<uint64_t>(checked_mul(
+          checked_mul(static_cast<int64_t>(n), checked_add(model_.num_params(), model_.stats_total, "replica"), "replicas"),
+          4, "replicas"));
+      check_fits(model_.held_total(), replica_bytes_, model_.memory_limit,
+                 "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
+                     std::to_string(model_.num_params() + model_.stats_total) + " floats)");
+    }
     engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
+  } catch (const Error& e) {
+    if (!distributed) throw;
+    failed = "!" + std::to_string(static_cast<int>(e.status())) + "!" + e.what();
+  } catch (const std::bad_alloc&) {
+    if (!distributed) throw;
+    failed = "!" + std::to_string(static_cast<int>(DP_ERR_OUT_OF_MEMORY)) + "!out of memory";
   } catch (const std::exception& e) {
     if (!distributed) throw;
-    failed = std::string("!") + e.what();
+    failed = "!" + std::to_string(static_cast<int>(DP_ERR_DEVICE)) + "!" + e.what();
   }
   if (distributed) {
     const std::vector<std::string> counts =
         procs->all_gather(failed.empty() ? std::to_string(size()) + (on_gpus() ? " cuda" : " cpu") : failed);
-    for (int r = 0; r < procs->world_size(); ++r)
-      if (counts[static_cast<size_t>(r)][0] == '!')
-        fail(DP_ERR_DEVICE, "rank " + std::to_string(r) + " could not use its devices: " + counts[static_cast<size_t>(r)].substr(1));
+    for (int r = 0; r < procs->world_size(); ++r) {
+      const std::string& c = counts[static_cast<size_t>(r)];
+      if (c[0] != '!') continue;
+      const size_t mark = c.find('!', 1);
+      fail(static_cast<dp_status>(std::stoi(c.substr(1, mark - 1))),
+           "rank " + std::to_string(r) + " could not use its devices: " + c.substr(mark + 1));
+    }
     rank_devices_.clear();
     global_ = 0;
     for (int r = 0; r < procs->world_size(); ++r) {
@@ -96,13 +112,14 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs)
     c.broadcast(procs->rank(), model_.mutable_params().data(), model_.num_params(), 0);
     c.broadcast(procs->rank(), model_.mutable_buffers().data(), model_.num_buffers(), 0);
     engine_->set_processes(&c, procs->rank(), first_, global_);
+    engine_->set_stop(&procs->stop());
     // Buckets are collectives: every rank must cut the same ones.
     procs->check_same("gradient buckets (DP_BUCKET_MB, DP_SPLIT_LAYERS)", engine_->bucket_layout());
   }
   global_split_.reserve(static_cast<size_t>(global_));
-  split_.reserve(n);
-  offsets_.reserve(n);
-  ctxs_.reserve(n);
+  split_.reserve(devices_.size());
+  offsets_.reserve(devices_.size());
+  ctxs_.reserve(devices_.size());
   stat_ptrs_.assign(static_cast<size_t>(global_), nullptr);
   held_.set(model_.attached_bytes, held_bytes());
 }
@@ -299,7 +316,31 @@ void Group::backward(const Tensor& grad_output) {
 
 void Group::zero_grad() { engine_->zero_grad(); }
 
-void Group::optimizer_step(Optimizer& opt) { engine_->optimizer_step(opt); }
+// Across processes, before a step: every process's optimizer must update
+// alike. differ: the hashes of the settings already compared (a training
+// step's gathered results); otherwise they are compared here (an
+// all-reduce of one number per process). When they differ, the texts say
+// how (a collective through the store, on every process alike).
+void Group::check_settings(const Optimizer& opt, bool compare) {
+  if (!procs_) return;
+  bool differ = engine_->settings_differ();
+  if (compare) {
+    settings_.assign(static_cast<size_t>(procs_->world_size()), 0.0);
+    settings_[static_cast<size_t>(procs_->rank())] = static_cast<double>(opt.settings_hash());
+    procs_->comm()->all_reduce_f64(procs_->rank(), settings_.data(), static_cast<int64_t>(settings_.size()));
+    differ = std::any_of(settings_.begin(), settings_.end(), [&](double h) { return h != settings_[0]; });
+  }
+  if (!differ) return;
+  const std::string what = "optimizer settings (set_lr, the lr schedule, clip_grad_norm, the grad scaler or the steps "
+                           "set on some ranks only?); no rank updated";
+  procs_->check_same(what, opt.settings_text());
+  fail(DP_ERR_INVALID_ARGUMENT, "the " + what + ": they differ between ranks");
+}
+
+void Group::optimizer_step(Optimizer& opt) {
+  check_settings(opt, true);
+  engine_->optimizer_step(opt);
+}
 
 // The replicas' training statistics folded into the model's buffers, in
 // replica order, weighted by their rows.
@@ -324,6 +365,7 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
   if (!std::isfinite(loss))
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
+  check_settings(opt, false);  // nor unless every process's optimizer is set alike
   if (training_) merge_stats();
   engine_->reduce(&opt);
   // Clipping found a non-finite norm: the engine stepped nothing, and zeroed

@@ -112,6 +112,8 @@ class Group {
   std::vector<int> gpu_ordinals_;  // before devices_: parsing fills both
   std::vector<std::string> devices_;
   ProcessGroup* procs_ = nullptr;  // with more than one process
+  void check_settings(const Optimizer& opt, bool compare);
+  std::vector<double> settings_;  // check_settings' hashes, one per process (sized once)
   int first_ = 0, global_ = 0;
   std::vector<int> rank_devices_;
   std::vector<double> exchange_;

@@ -20,6 +20,37 @@ uint64_t Optimizer::next_id() {
   return ++n;
 }
 
+// The lr start_step() will set.
+static double next_lr(const Optimizer& o) {
+  return o.schedule ? o.schedule->lr(o.base_lr, o.steps + o.skipped_steps) : o.lr;
+}
+
+uint64_t Optimizer::settings_hash() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bytes
+  auto add = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  };
+  const double values[] = {next_lr(*this), max_grad_norm, scaler.growth_factor, scaler.backoff_factor};
+  const int64_t counts[] = {steps, skipped_steps, scaler.enabled ? 1 : 0, scaler.growth_interval, scaler.growth_tracker};
+  const float scales[] = {scaler.init_scale, scaler.scale};
+  add(values, sizeof values);
+  add(counts, sizeof counts);
+  add(scales, sizeof scales);
+  return h >> 12;
+}
+
+std::string Optimizer::settings_text() const {
+  char text[320];
+  std::snprintf(text, sizeof text, "lr %.9g%s%s, clip_grad_norm %.9g, steps %lld (skipped %lld), grad scaler %s",
+                next_lr(*this), schedule ? " (schedule " : "", schedule ? (schedule->type() + ")").c_str() : "",
+                max_grad_norm, static_cast<long long>(steps), static_cast<long long>(skipped_steps),
+                scaler.enabled ? (scaler.config() + ", scale " + std::to_string(scaler.scale) + ", tracker " +
+                                  std::to_string(scaler.growth_tracker))
+                                     .c_str()
+                               : "off");
+  return text;
+}
+
 bool Optimizer::step(float* params, float* grads, int64_t n, Workers* pool) {
   if (!prepare(grads, n, pool)) return false;
   start_step();

@@ -100,6 +100,16 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, std::vector<float>*>> state() { return {}; }
   virtual std::string type() const = 0;
 
+  // What decides the next step's update beyond the JSON it was made from
+  // (which processes compare once): the learning rate the step will use,
+  // clipping, the grad scaler's settings and state, the steps taken. The
+  // processes of a group compare the hash before every step (an optimizer
+  // set differently on one rank must not silently train another model), the
+  // text only when the hashes differ: "lr 0.05 (schedule cosine), ...".
+  // The hash is below 2^52, so a double holds it exactly.
+  uint64_t settings_hash() const;
+  std::string settings_text() const;
+
   static const int64_t kGrain = 1 << 14;  // elements per range: stays in L2
   double lr = 0;
   // A schedule (null: none) sets lr = schedule->lr(base_lr, steps) as each

@@ -5,7 +5,8 @@ what torchrun, Kubernetes jobs and srun-style launchers set), and Open MPI's
 mpirun when it is installed. Checks that two processes train as one process
 with both devices, that rank 0 alone reports and writes the checkpoint, that
 a killed rank ends the survivor with exit 1 naming it (and an mpirun job
-non-zero), and that start-up errors (a missing rank, differing world sizes)
+non-zero), that Ctrl-C in one rank's shell stops every rank after the same
+step, and that start-up errors (a missing rank, differing world sizes)
 are errors within the timeout, not hangs.
 
     check_launch.py BUILD/src/cli/dp MODEL.json
@@ -125,6 +126,41 @@ took = time.time() - t0
 expect(rc0 == 1, 'survivor of a killed rank: exit 1', err0)
 expect('rank 1 died or left' in err0, 'survivor names the lost rank', err0)
 expect(took < 20, f'survivor noticed in {took:.1f} s (DP_COMM_TIMEOUT 30)')
+
+# 2b. Ctrl-C in one rank's shell only (each rank started by hand): every rank
+# stops after the same step, rank 0 writes the checkpoint, both exit 130 at
+# once (the others used to wait in the stopped rank's next step until
+# DP_COMM_TIMEOUT). A second Ctrl-C ends that rank at once, and the other
+# names it.
+port = free_port()
+procs = start_ranks(train_args('--devices', 'cpu:0', '--save', f'{tmp}/stop.ckpt', epochs=1000), 2, port)
+time.sleep(3)
+expect(procs[0].poll() is None and procs[1].poll() is None, 'both ranks train (before Ctrl-C)')
+procs[1].send_signal(signal.SIGINT)
+t0 = time.time()
+(rc0, out0, err0), (rc1, out1, err1) = finish(procs, timeout=60)
+took = time.time() - t0
+expect(rc0 == 130 and rc1 == 130, f'Ctrl-C in rank 1 only: both exit 130 (got {rc0}, {rc1})', err0 + err1)
+expect(took < 10, f'Ctrl-C in rank 1 only: both stopped in {took:.1f} s (DP_COMM_TIMEOUT 30)')
+got = last_json(out0)
+expect(got is not None and got['interrupted'] is True, 'rank 0 reports the run interrupted', out0)
+expect('stopped by Ctrl-C (on 1 of 2 processes)' in err0 and os.path.exists(f'{tmp}/stop.ckpt'),
+       'rank 0 says who stopped and writes the checkpoint', err0)
+port = free_port()
+procs = start_ranks(train_args('--devices', 'cpu:0', epochs=1000), 2, port)
+time.sleep(3)
+procs[0].send_signal(signal.SIGSTOP)  # rank 1 then waits in a collective: only a second Ctrl-C ends it
+time.sleep(0.5)
+procs[1].send_signal(signal.SIGINT)
+time.sleep(0.5)
+procs[1].send_signal(signal.SIGINT)
+try:
+    procs[1].wait(timeout=10)
+finally:
+    procs[0].send_signal(signal.SIGCONT)
+(rc0, out0, err0), (rc1, out1, err1) = finish(procs, timeout=60)
+expect(rc1 == -signal.SIGINT, f'a second Ctrl-C ends rank 1 at once (got {rc1})', err1)
+expect(rc0 == 1 and 'rank 1 died or left' in err0, 'rank 0 then names rank 1', err0)
 
 # 3. A rank that never comes: start-up fails within the timeout, naming it and the address.
 port = free_port()

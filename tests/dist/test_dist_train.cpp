@@ -189,8 +189,72 @@ TEST_CASE("the grad scaler across processes: every rank skips and scales alike, 
     CAPTURE(o.message);
     CHECK(o.status == 1);
     CHECK(o.message.find("DP_ERR_INVALID_ARGUMENT") != std::string::npos);
-    CHECK(o.message.find("rank 1's grad_scaler differs from rank 0's") != std::string::npos);
+    CHECK(o.message.find("rank 1's optimizer settings") != std::string::npos);
+    CHECK(o.message.find("\"growth_interval\":100") != std::string::npos);
   }
+}
+
+// The optimizer's JSON is compared once, at creation; what is set later
+// (set_lr, a schedule, clipping, the grad scaler, steps) before every step:
+// set on one rank only, it would train another model there, silently.
+TEST_CASE("optimizer settings that differ between ranks: every rank refuses the step, nothing changes") {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back([=]() -> std::string {
+      Member m(r, 2, port);
+      std::vector<float> x(4 * 6, 0.25f);
+      std::vector<int64_t> y{0, 1, 2, 3};
+      dp_tensor* in = make_f32(m.ctx, x, {4, 6});
+      dp_tensor* tg = make_i64(m.ctx, y, {4});
+      auto params = [&] {
+        int64_t n = 0;
+        OK(dp_model_num_parameters(m.model, &n));
+        std::vector<float> p(static_cast<size_t>(n));
+        OK(dp_model_copy_parameters(m.model, p.data(), n));
+        return p;
+      };
+      auto expect_refused = [&](dp_status st, const char* what, const char* words) {
+        const std::string msg = dp_last_error();
+        if (st != DP_ERR_INVALID_ARGUMENT || msg.find("rank 1's optimizer settings") == std::string::npos ||
+            msg.find(words) == std::string::npos)
+          throw std::runtime_error(std::string(what) + ": " + dp_status_name(st) + ": " + msg);
+      };
+      float loss = 0;
+      OK(dp_group_train_step(m.group, m.opt, in, tg, &loss));
+      const std::vector<float> before = params();
+      // A learning rate set on rank 1 only.
+      if (r == 1) OK(dp_optimizer_set_lr(m.opt, 0.5));
+      expect_refused(dp_group_train_step(m.group, m.opt, in, tg, &loss), "set_lr on rank 1", "lr 0.5");
+      // The same through gradient accumulation's optimizer step.
+      OK(dp_group_forward_backward(m.group, in, tg, 1.0, &loss));
+      expect_refused(dp_optimizer_step(m.opt), "set_lr on rank 1, optimizer_step", "lr 0.5");
+      OK(dp_group_zero_grad(m.group));
+      if (params() != before) throw std::runtime_error("a refused step changed the parameters");
+      // A schedule on rank 0 only: its first step's lr differs.
+      if (r == 1) OK(dp_optimizer_set_lr(m.opt, 0.05));
+      if (r == 0) OK(dp_optimizer_set_lr_schedule(m.opt, R"({"type": "step", "step_size": 1, "gamma": 0.5})"));
+      expect_refused(dp_group_train_step(m.group, m.opt, in, tg, &loss), "a schedule on rank 0", "schedule step");
+      // Clipping on rank 1 only.
+      if (r == 0) OK(dp_optimizer_set_lr_schedule(m.opt, nullptr));
+      if (r == 1) OK(dp_optimizer_set_clip_grad_norm(m.opt, 1.0));
+      expect_refused(dp_group_train_step(m.group, m.opt, in, tg, &loss), "clipping on rank 1", "clip_grad_norm 1");
+      if (params() != before) throw std::runtime_error("a refused step changed the parameters");
+      // Set alike again: the group trains, the same on both.
+      if (r == 1) OK(dp_optimizer_set_clip_grad_norm(m.opt, 0));
+      OK(dp_group_train_step(m.group, m.opt, in, tg, &loss));
+      const std::vector<float> after = params();
+      if (after == before) throw std::runtime_error("the step after the refusals did not train");
+      dp_tensor_destroy(in);
+      dp_tensor_destroy(tg);
+      return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
+    });
+  const std::vector<Outcome> out = run_ranks(ranks, 60);
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    REQUIRE(o.status == 0);
+  }
+  CHECK(out[0].message == out[1].message);  // the same parameters on both ranks
 }
 
 TEST_CASE("two runs of the same world are bitwise the same") {
@@ -402,24 +466,66 @@ TEST_CASE("ranks that cut gradients into different buckets (DP_BUCKET_MB) are re
 }
 
 TEST_CASE("a rank whose devices cannot be used fails every rank at once, naming it") {
+  // A device no machine has (nor, here, a CUDA build or GPU), and one that is no device at all.
+  for (const std::string bad : {"cuda:99", "tpu:0"}) {
+    CAPTURE(bad);
+    const int port = free_port();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<RankFn> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back([=]() -> std::string {
+        Setup s;
+        s.devices = r == 1 ? bad : "cpu:0";
+        run(s, r, 2, port);
+        return "";
+      });
+    const std::vector<Outcome> out = run_ranks(ranks, 60);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const Outcome& o : out) {
+      CAPTURE(o.message);
+      CHECK(o.status == 1);
+      CHECK(o.message.find("DP_ERR_DEVICE") != std::string::npos);
+      CHECK(o.message.find("rank 1 could not use its devices: device '" + bad + "'") != std::string::npos);
+    }
+    CHECK(took < 15);  // not the 30 s time limit
+  }
+}
+
+// A rank that fails on its own between two steps of setting up (a caller's
+// error, before it makes its group) and leaves: the others learn at once.
+TEST_CASE("a rank that leaves while the others set up: they fail at once, naming it") {
   const int port = free_port();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<RankFn> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back([=]() -> std::string {
-      Setup s;
-      s.devices = r == 1 ? "cuda:99" : "cpu:0";  // no machine has it (nor, here, a CUDA build or GPU)
-      run(s, r, 2, port);
-      return "";
+      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 2, \"master_port\": " +
+                              std::to_string(port) + ", \"timeout_s\": 30}";
+      dp_process_group* pg = nullptr;
+      OK(dp_process_group_create(cfg.c_str(), &pg));
+      if (r == 1) {  // gives up before making its group
+        dp_process_group_destroy(pg);
+        return "";
+      }
+      dp_context* ctx = nullptr;
+      dp_model* model = nullptr;
+      dp_group* group = nullptr;
+      OK(dp_context_create(&ctx));
+      OK(dp_model_from_json(ctx, kModel, &model));
+      const dp_status st = dp_group_create_distributed(model, "cpu:0", pg, &group);
+      const std::string msg = dp_last_error();
+      dp_group_destroy(group);
+      dp_model_destroy(model);
+      dp_process_group_destroy(pg);
+      dp_context_destroy(ctx);
+      if (st != DP_ERR_COMM) throw std::runtime_error("expected DP_ERR_COMM, got " + std::string(dp_status_name(st)));
+      return msg;
     });
   const std::vector<Outcome> out = run_ranks(ranks, 60);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const Outcome& o : out) {
-    CAPTURE(o.message);
-    CHECK(o.status == 1);
-    CHECK(o.message.find("DP_ERR_DEVICE") != std::string::npos);
-    CHECK(o.message.find("rank 1 could not use its devices: device 'cuda:99'") != std::string::npos);
-  }
+  CAPTURE(out[0].message);
+  CHECK(out[0].status == 0);
+  CHECK(out[0].message.find("rank 1 left the process group before reaching this step of setting up") != std::string::npos);
   CHECK(took < 15);  // not the 30 s time limit
 }
 
@@ -481,6 +587,57 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
     REQUIRE(o.status == 0);
   }
   CHECK(out[0].message == out[1].message);  // the same parameters on both ranks
+}
+
+// Ctrl-C in one process's shell: that process asks, and every process
+// learns of it after the same job (the request rides on each job's gathered
+// results), so all leave their loops after the same step.
+TEST_CASE("a stop asked by one rank is agreed by every rank after the same step") {
+  const int port = free_port();
+  std::vector<RankFn> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.push_back([=]() -> std::string {
+      Member m(r, 3, port);
+      std::vector<float> x(6 * 6, 0.5f);
+      std::vector<int64_t> y{0, 1, 2, 3, 4, 0};
+      dp_tensor* in = make_f32(m.ctx, x, {6, 6});
+      dp_tensor* tg = make_i64(m.ctx, y, {6});
+      std::string seen;  // the count after each job, on this rank
+      float loss = 0;
+      int64_t correct = 0;
+      for (int step = 0; step < 6; ++step) {
+        if (r == 2 && step == 2) OK(dp_process_group_request_stop(m.pg));  // between steps 1 and 2
+        if (r == 1 && step == 4) OK(dp_process_group_request_stop(m.pg));
+        if (step == 3)
+          OK(dp_group_evaluate(m.group, in, tg, &loss, &correct));  // an evaluation carries it too
+        else
+          OK(dp_group_train_step(m.group, m.opt, in, tg, &loss));
+        int stopping = -1;
+        OK(dp_process_group_stop_requested(m.pg, &stopping));
+        seen += std::to_string(stopping);
+      }
+      dp_tensor_destroy(in);
+      dp_tensor_destroy(tg);
+      return seen;
+    });
+  const std::vector<Outcome> out = run_ranks(ranks, 60);
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    REQUIRE(o.status == 0);
+    CHECK(o.message == "001122");  // rank 2 asked before job 2, rank 1 before job 4: counted after them, everywhere
+  }
+  // A world of one process: agreed at once.
+  dp_process_group* pg = nullptr;
+  REQUIRE(dp_process_group_create(R"({"rank": 0, "world_size": 1})", &pg) == DP_OK);
+  int stopping = -1;
+  CHECK(dp_process_group_stop_requested(pg, &stopping) == DP_OK);
+  CHECK(stopping == 0);
+  CHECK(dp_process_group_request_stop(pg) == DP_OK);
+  CHECK(dp_process_group_stop_requested(pg, &stopping) == DP_OK);
+  CHECK(stopping == 1);
+  CHECK(dp_process_group_request_stop(nullptr) == DP_ERR_INVALID_ARGUMENT);
+  CHECK(dp_process_group_stop_requested(pg, nullptr) == DP_ERR_INVALID_ARGUMENT);
+  dp_process_group_destroy(pg);
 }
 
 TEST_CASE("a rank killed mid-training: the survivors' train_step fails with DP_ERR_COMM within seconds") {

@@ -36,7 +36,8 @@ from ._optim import Optimizer, SGD, Adam, AdamW
 from ._data import Dataset, FASHION_MNIST_DIR, FASHION_MNIST_NORMALIZE, FashionMNIST, DataLoader
 from ._checkpoint import save_checkpoint, load_checkpoint, checkpoint_metadata
 from ._distributed import (ProcessGroup, DistributedDataParallel, init_process_group, is_initialized, get_rank,
-                           get_world_size, get_local_rank, barrier, destroy_process_group)
+                           get_world_size, get_local_rank, barrier, request_stop, stop_requested,
+                           destroy_process_group)
 
 __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeError', 'DeviceError', 'NumericError',
            'OutOfMemoryError', 'PluginError', 'InternalError', 'CommError', 'ArgumentTypeError', 'ClosedError',
@@ -47,7 +48,7 @@ __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeErr
            'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
            'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path', 'ProcessGroup',
            'DistributedDataParallel', 'init_process_group', 'is_initialized', 'get_rank', 'get_world_size',
-           'get_local_rank', 'barrier', 'destroy_process_group']
+           'get_local_rank', 'barrier', 'request_stop', 'stop_requested', 'destroy_process_group']
 
 ABI_VERSION = _lib.ABI_VERSION
 library_path = _lib.path

@@ -154,6 +154,22 @@ class ProcessGroup:
         """Returns once every process has called it."""
         _check(_lib.process_group_barrier(self._handle()))
 
+    def request_stop(self):
+        """Asks every process of the group to stop together, e.g. when this
+        one got KeyboardInterrupt: a process that leaves its loop alone
+        leaves the others waiting in its next collective until the timeout.
+        The request travels with the results of the next train_step,
+        evaluate or forward of a model on this group (not backward), and after
+        it stop_requested() gives every process the same answer."""
+        _check(_lib.process_group_request_stop(self._handle()))
+
+    def stop_requested(self):
+        """How many processes have asked to stop (request_stop), as agreed by
+        all after the same step: 0 while none has. A training loop checks it
+        after each step and leaves the loop when it is non-zero, on every
+        process after the same step, then saves (save is collective)."""
+        return self._int(_lib.process_group_stop_requested)
+
     def destroy(self):
         """Leaves the process group (also done when it is garbage-collected).
         Groups made on it keep the connections until they are freed."""
@@ -242,6 +258,19 @@ def get_local_rank(group=None):
 def barrier(group=None):
     """Returns once every process of the group (default: the default group) has called it."""
     _group(group).barrier()
+
+
+def request_stop(group=None):
+    """Asks every process of the group (default: the default group) to stop
+    together: see ProcessGroup.request_stop."""
+    _group(group).request_stop()
+
+
+def stop_requested(group=None):
+    """How many processes of the group (default: the default group) have
+    asked to stop, the same on every process after the same step: see
+    ProcessGroup.stop_requested."""
+    return _group(group).stop_requested()
 
 
 def destroy_process_group(group=None):

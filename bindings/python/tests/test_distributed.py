@@ -88,6 +88,14 @@ def worker(mode, rank, port, out):
     dp.load_checkpoint(ckpt, net, opt, loader)  # every rank reads
     info['checkpoint_metadata_rank'] = dp.checkpoint_metadata(ckpt)['rank']
     info['loader_position'] = loader.position
+    # Stopping together: rank 1 asks; after the next job every rank knows.
+    info['stop_before'] = dp.stop_requested()
+    if rank == 1:
+        dp.request_stop()
+    x, y = data()
+    shard = slice(0, 4) if rank == 0 else slice(4, 8)  # each rank's rows of one global batch of 8
+    net.evaluate(x[shard], y[shard])
+    info['stop_after'] = (dp.stop_requested(), pg.stop_requested())
     np.savez(os.path.join(out, f'rank{rank}.npz'), params=params, after_load=net.model.parameters(), momentum=momentum,
              losses=np.array(losses), rows=np.array(rows), evals=np.array(evals))
     with open(os.path.join(out, f'rank{rank}.json'), 'w') as f:
@@ -168,6 +176,7 @@ def test_two_processes_train_as_one_process_of_two_devices(tmp_path, reference, 
         assert info['auto'] == ','.join(f'cpu:{i}' for i in range(max(1, (os.cpu_count() or 1) // 2)))
         assert info['checkpoint_metadata_rank'] == '0'  # rank 0 wrote the checkpoint
         assert info['loader_position'] == [1, 0]
+        assert info['stop_before'] == 0 and info['stop_after'] == [1, 1]  # rank 1's request, on both after one job
     # Every rank holds the same parameters, bitwise, and the global batch's losses.
     assert np.array_equal(ranks[0]['params'], ranks[1]['params'])
     assert np.array_equal(ranks[0]['losses'], ranks[1]['losses'])
@@ -248,6 +257,9 @@ def test_world_of_one(tmp_path, monkeypatch):
         assert rows == [8] * 6 + [1]
         dp.save_checkpoint(tmp_path / 'c.safetensors', net)
         dp.load_checkpoint(tmp_path / 'c.safetensors', net)
+        assert dp.stop_requested() == 0
+        dp.request_stop()  # a world of one: agreed at once
+        assert dp.stop_requested() == 1 and pg.stop_requested() == 1
     finally:
         dp.destroy_process_group()
     assert not dp.is_initialized()

@@ -238,7 +238,7 @@ class CpuEngine final : public Engine {
     // Every replica is done: unscale and clip (an inf/NaN gradient with the
     // grad scaler, or a non-finite gradient norm, holds the step, as a
     // non-finite loss does), then the whole update.
-    if (opt_ && defer_ && gate_ == kUndecided && std::isfinite(total_loss()) &&
+    if (opt_ && defer_ && gate_ == kUndecided && may_step() &&
         !opt_->prepare(dst_, model_.num_params(), &threads_))
       gate_ = kHold;
     if (opt_ && defer_ && decide())
@@ -303,7 +303,7 @@ class CpuEngine final : public Engine {
       std::lock_guard<std::mutex> lock(gate_mu_);
       g = gate_.load(std::memory_order_relaxed);
       if (g == kUndecided) {
-        g = std::isfinite(total_loss()) ? kStep : kHold;
+        g = may_step() ? kStep : kHold;
         if (g == kStep) opt_->start_step();
         gate_.store(g, std::memory_order_release);
       }

@@ -39,6 +39,15 @@ bool bitwise_equal(const Result& a, const Result& b) { return a.bytes() == b.byt
 
 // Rank r of a world on loopback `port` (a 20 s limit): kModel on cpu:0 with
 // SGD, for the tests that make their own calls; its handles go with it.
+// Every rank succeeded and sent back the same parameters (their bytes).
+void require_same_parameters(const std::vector<Outcome>& out) {
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    REQUIRE(o.status == 0);
+  }
+  for (size_t r = 1; r < out.size(); ++r) CHECK(out[r].message == out[0].message);
+}
+
 struct Member {
   dp_context* ctx = nullptr;
   dp_model* model = nullptr;
@@ -207,13 +216,7 @@ TEST_CASE("optimizer settings that differ between ranks: every rank refuses the 
       std::vector<int64_t> y{0, 1, 2, 3};
       dp_tensor* in = make_f32(m.ctx, x, {4, 6});
       dp_tensor* tg = make_i64(m.ctx, y, {4});
-      auto params = [&] {
-        int64_t n = 0;
-        OK(dp_model_num_parameters(m.model, &n));
-        std::vector<float> p(static_cast<size_t>(n));
-        OK(dp_model_copy_parameters(m.model, p.data(), n));
-        return p;
-      };
+      auto params = [&] { return params_of(m.model); };
       auto expect_refused = [&](dp_status st, const char* what, const char* words) {
         const std::string msg = dp_last_error();
         if (st != DP_ERR_INVALID_ARGUMENT || msg.find("rank 1's optimizer settings") == std::string::npos ||
@@ -249,12 +252,7 @@ TEST_CASE("optimizer settings that differ between ranks: every rank refuses the 
       dp_tensor_destroy(tg);
       return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
     });
-  const std::vector<Outcome> out = run_ranks(ranks, 60);
-  for (const Outcome& o : out) {
-    CAPTURE(o.message);
-    REQUIRE(o.status == 0);
-  }
-  CHECK(out[0].message == out[1].message);  // the same parameters on both ranks
+  require_same_parameters(run_ranks(ranks, 60));
 }
 
 TEST_CASE("two runs of the same world are bitwise the same") {
@@ -581,12 +579,7 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
       for (dp_tensor* t : {in, tg, bad_tg, nan_in}) dp_tensor_destroy(t);
       return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
     });
-  const std::vector<Outcome> out = run_ranks(ranks, 60);
-  for (const Outcome& o : out) {
-    CAPTURE(o.message);
-    REQUIRE(o.status == 0);
-  }
-  CHECK(out[0].message == out[1].message);  // the same parameters on both ranks
+  require_same_parameters(run_ranks(ranks, 60));
 }
 
 // Ctrl-C in one process's shell: that process asks, and every process

@@ -66,6 +66,29 @@ struct Setup {
 
 }  // namespace
 
+TEST_CASE("a DP_BUCKET_MB that is not a size: refused at group creation, naming it") {
+  dp_context* ctx = nullptr;
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_model_from_json(ctx, kModel, &m));
+  for (const char* bad : {"-3", "0", "abc", "1x", "nan"}) {
+    CAPTURE(bad);
+    setenv("DP_BUCKET_MB", bad, 1);
+    dp_group* g = nullptr;
+    CHECK(dp_group_create(m, "cpu:0,cpu:1", &g) == DP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(dp_last_error()).find(std::string("DP_BUCKET_MB=") + bad + ": expected the gradient bucket size") !=
+          std::string::npos);
+    CHECK(g == nullptr);
+  }
+  setenv("DP_BUCKET_MB", "0.5", 1);
+  dp_group* g = nullptr;
+  CHECK(dp_group_create(m, "cpu:0,cpu:1", &g) == DP_OK);
+  unsetenv("DP_BUCKET_MB");
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}
+
 TEST_CASE("a failed allocation inside a step: DP_ERR_OUT_OF_MEMORY, nothing changed, the next step exact") {
   // A gradient bucket per layer: the sums (and, in steps that allocate
   // nothing, the updates) of later layers overlap the backward of earlier ones.

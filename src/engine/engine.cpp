@@ -166,8 +166,14 @@ void Engine::run_replica(int r) {
 // closes the last one), so that each bucket is final as soon as the backward
 // of its first layer (or piece of one) is.
 void Engine::set_bucket_mb(double mb, bool split_layers) {
-  const char* env = std::getenv("DP_BUCKET_MB");
-  if (env && std::atof(env) > 0) mb = std::atof(env);
+  if (const char* env = std::getenv("DP_BUCKET_MB"); env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (*end != '\0' || !(v > 0) || !std::isfinite(v))
+      fail(DP_ERR_INVALID_ARGUMENT, std::string("DP_BUCKET_MB=") + env + ": expected the gradient bucket size in MiB, "
+                                    "a number > 0 (e.g. 0.25)");
+    mb = v;
+  }
   const int64_t floats = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
   buckets_.clear();
   next_bucket_.assign(static_cast<size_t>(n_), 0);

@@ -9,7 +9,14 @@ int cuda_device_count(std::string* why) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")";
+    // Without any NVIDIA driver (a machine with no GPU) the runtime says the
+    // driver is "insufficient": say which case it may be.
+    const std::string hint = e == cudaErrorInsufficientDriver
+                                 ? "; no NVIDIA driver is loaded (no GPU here?), or it is older than this build's CUDA "
+                                   "runtime"
+                                 : "";
+    if (why)
+      *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")" + hint;
     return 0;
   }
   if (n == 0 && why) *why = "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)";

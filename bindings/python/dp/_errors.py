@@ -79,8 +79,9 @@ class InternalError(Error):
     """DP_ERR_INTERNAL: a bug in dp"""
 
 
-class CommError(Error):
-    """DP_ERR_COMM: another process of the process group died, left, or did not answer in time"""
+class CommError(Error, RuntimeError):
+    """DP_ERR_COMM: another process of the process group died, left, or did not answer in time
+    (a RuntimeError, as torch.distributed's DistBackendError)"""
 
 
 class StateDictError(ModelError, RuntimeError):

@@ -202,7 +202,8 @@ def test_hierarchy():
                 dp.ShapeError: ValueError, dp.NumericError: ArithmeticError, dp.OutOfMemoryError: MemoryError,
                 dp.ArgumentTypeError: TypeError, dp.ClosedError: dp.InvalidArgumentError,
                 dp.OutOfRangeError: IndexError, dp.UnknownKeyError: KeyError, dp.DLPackError: BufferError,
-                dp.UnsupportedError: NotImplementedError, dp.MissingDependencyError: ImportError}
+                dp.UnsupportedError: NotImplementedError, dp.MissingDependencyError: ImportError,
+                dp.CommError: RuntimeError}
     for cls, base in flavours.items():
         assert issubclass(cls, dp.Error) and issubclass(cls, base), cls
         assert cls.__module__ == 'dp' and cls.__name__ in dp.__all__

@@ -108,7 +108,7 @@ TEST_CASE("the store's server: connections that come and go, or speak another pr
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const std::string garbage[] = {"", "GET / HTTP/1.0\r\n\r\n", std::string("S\xff\xff\xff\xff", 5),
-                                 std::string("G\x05\x00\x00\x00ab", 7)};
+                                 std::string("G\x05\x00\x00\x00" "ab", 7)};
   for (int i = 0; i < 400; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);

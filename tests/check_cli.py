@@ -132,6 +132,14 @@ with tempfile.TemporaryDirectory() as tmp:
     a, b = safetensors_tensors('a.ckpt'), safetensors_tensors('b.ckpt')
     expect(a.keys() == b.keys() and all(a[k] == b[k] for k in a), 'resumed run is bitwise equal to the straight run',
            str([k for k in a if a.get(k) != b.get(k)][:5]))
+    expect('note: resumed' not in r2.stderr, 'more epochs under a constant lr: no note', r2.stderr)
+    # The cosine schedule spans --epochs: resuming with others changes its course, and says so.
+    r1 = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', 'cosine', '--save', 'cos.ckpt')
+    half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]
+    r2 = run('train', 'mlp.json', *half, '--epochs', '2', '--lr-schedule', 'cosine', '--resume', 'cos.ckpt')
+    expect(r1.returncode == 0 and r2.returncode == 0 and
+           'note: resumed with other settings than the checkpoint\'s: --batch-size 64 -> 32, --epochs 1 -> 2 '
+           '(the cosine schedule now spans the new --epochs' in r2.stderr, 'resumed with other settings: a note', r2.stderr)
 
     # Evaluation of the checkpoint gives the training run's final test accuracy.
     r = run('eval', 'mlp.json', 'a.ckpt', '--data', 'synthetic:2048', '--devices', 'cpu:0')
@@ -257,10 +265,12 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r.returncode == 0 and last_json(r.stdout)['test_loss'] == recorded['test_loss'],
            'uncompressed IDX files evaluate as the compressed ones', r.stdout + r.stderr)
 
-    # --max-steps stops early (benchmarks), exit 0, no epoch completed.
+    # --max-steps stops early (benchmarks), exit 0, no epoch completed: no figures of one (null, not 0).
     r = run('train', 'mlp.json', *common, '--epochs', '3', '--max-steps', '5')
-    expect(r.returncode == 0 and last_json(r.stdout)['epochs'] == 0 and 'max-steps' in r.stderr, '--max-steps',
-           r.stdout + r.stderr)
+    out = last_json(r.stdout)
+    expect(r.returncode == 0 and out['epochs'] == 0 and 'max-steps' in r.stderr, '--max-steps', r.stdout + r.stderr)
+    expect(out['test_accuracy'] is None and out['test_loss'] is None and out['train_loss'] is None and out['steps'] == 5,
+           '--max-steps reports no epoch figures', r.stdout)
 
     # Benchmark.
     # bench makes one batch of synthetic samples: --batch-size 1 ran into synthetic:N's

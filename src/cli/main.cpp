@@ -13,6 +13,7 @@
 // checkpoint when --save is given).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -73,10 +74,11 @@ static Model load_model(dp_context* ctx, const std::string& path) {
 
 static Group make_group(dp_model* m, const std::string& devices, int64_t threads, dp_process_group* pg = nullptr) {
   dp_group* g = nullptr;
+  const std::string what = "the group on --devices " + devices;
   if (pg)
-    check(dp_group_create_distributed(m, devices.c_str(), pg, &g), "--devices");
+    check(dp_group_create_distributed(m, devices.c_str(), pg, &g), what);
   else
-    check(dp_group_create(m, resolve_devices(devices).c_str(), &g), "--devices");
+    check(dp_group_create(m, resolve_devices(devices).c_str(), &g), what);
   Group group(g);
   check(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, threads), "--threads");
   check(dp_group_set_option(g, DP_GROUP_CUDNN_BENCHMARK, g_cudnn_benchmark ? 1 : 0), "--cudnn-benchmark");
@@ -167,6 +169,35 @@ static nlohmann::json run_record(const TrainOptions& o, const Data& data, const 
             {"grad_scaler", o.grad_scaler.empty() ? nlohmann::json() : nlohmann::json::parse(o.grad_scaler, nullptr, false, true)},
             {"devices", devices},
             {"processes", world}}}};
+}
+
+// A run resumed with settings other than its checkpoint's goes on with the
+// new ones, as a PyTorch script given new arguments would; it says which
+// changed, since some change the run's course (the cosine schedule spans
+// --epochs, the batch size moves the steps). More epochs under a schedule
+// that does not depend on them is the usual way to train longer: no note.
+static void note_changed_settings(const std::string& ckpt, const nlohmann::json& now) {
+  char* text = nullptr;
+  if (dp_checkpoint_metadata(ckpt.c_str(), &text) != DP_OK) return;
+  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
+  dp_free(text);
+  if (!meta.is_object() || !meta.contains("training") || !meta["training"].is_string()) return;
+  const nlohmann::json was = nlohmann::json::parse(meta["training"].get<std::string>(), nullptr, false);
+  if (!was.is_object()) return;
+  const bool cosine = now.value("lr_schedule", std::string()) == "cosine";
+  std::string changed;
+  for (const auto& [key, value] : now.items()) {
+    if (key == "devices" || key == "processes" || (key == "epochs" && !cosine)) continue;  // resuming elsewhere is fine
+    if (!was.contains(key) || was[key] == value) continue;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changed += (changed.empty() ? "" : ", ") + flag + " " + was[key].dump() + " -> " + value.dump();
+  }
+  if (changed.empty()) return;
+  std::fprintf(stderr, "dp: note: resumed with other settings than the checkpoint's: %s%s\n", changed.c_str(),
+               cosine && was.contains("epochs") && was["epochs"] != now["epochs"]
+                   ? " (the cosine schedule now spans the new --epochs: its learning rate jumps)"
+                   : "");
 }
 
 // One line for the chart's caption: model, data, devices, batch, optimizer, epochs.
@@ -274,6 +305,7 @@ static int train(const TrainOptions& o) {
   int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
 
   const nlohmann::json record = run_record(o, data, devices, world);
+  if (!o.resume.empty() && lead) note_changed_settings(o.resume, record["training"]);
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
@@ -319,6 +351,7 @@ static int train(const TrainOptions& o) {
   if (!o.resume.empty()) chart.caption += " \u00b7 resumed at step " + std::to_string(global_step);
   double train_seconds = 0, start = now_seconds(), last_loss = 0;
   int64_t samples = 0, epochs_done = epoch;
+  bool epoch_ended = false;  // in this run: last_loss and last_eval are its figures
   EvalResult last_eval;
   bool interrupted = false, step_limit = false;
   int64_t steps_run = 0;
@@ -394,6 +427,7 @@ static int train(const TrainOptions& o) {
     last_eval = evaluate(c, group.get(), test_loader.get());
     chart.epochs.push_back({epoch + 1, global_step, last_loss, last_eval.loss, last_eval.accuracy});
     epochs_done = epoch + 1;
+    epoch_ended = true;
     if (lead)
       progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
                   json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
@@ -425,9 +459,11 @@ static int train(const TrainOptions& o) {
     check(dp_optimizer_grad_scaler_state(opt.get(), &scale, nullptr, &skipped), "--grad-scaler");
     best_json += ", \"grad_scale\": " + nlohmann::json(scale).dump() + ", \"skipped_steps\": " + std::to_string(skipped);
   }
+  // The last epoch's figures; null where no epoch ended in this run (--max-steps, Ctrl-C).
+  auto epoch_num = [&](double v) { return epoch_ended ? json_num(v) : std::string("null"); };
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"steps\": %lld, "
               "\"samples_per_second\": %s, \"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s%s}\n",
-              json_num(last_eval.accuracy).c_str(), json_num(last_eval.loss).c_str(), json_num(last_loss).c_str(),
+              epoch_num(last_eval.accuracy).c_str(), epoch_num(last_eval.loss).c_str(), epoch_num(last_loss).c_str(),
               (long long)epochs_done, (long long)global_step, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
               json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false",
               best_json.c_str());

@@ -148,6 +148,7 @@ class TcpStore::Server {
     if (int e = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res))
       fail(DP_ERR_IO, "store at " + where + ": " + gai_strerror(e));
     std::string why = "no address";
+    bool in_use = false;
     for (addrinfo* a = res; a && listen_fd_ < 0; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
       if (fd < 0) continue;
@@ -156,13 +157,17 @@ class TcpStore::Server {
       if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
         listen_fd_ = fd;
       } else {
+        in_use = in_use || errno == EADDRINUSE;
         why = std::strerror(errno);
         ::close(fd);
       }
     }
     freeaddrinfo(res);
     if (listen_fd_ < 0)
-      fail(DP_ERR_IO, "rank 0 cannot serve the store at " + where + ": " + why + " (MASTER_ADDR, MASTER_PORT)");
+      fail(DP_ERR_IO, "rank 0 cannot serve the store at " + where + ": " + why +
+                          (in_use ? " (another process holds the port: a second rank 0, or another job; MASTER_PORT "
+                                    "chooses it)"
+                                  : " (MASTER_ADDR, MASTER_PORT)"));
     accepter_ = std::thread([this] { accept_loop(); });
   }
 
@@ -231,17 +236,27 @@ class TcpStore::Server {
       char op = 0;
       std::string key, value;
       if (!recv_all(fd, &op, 1) || op == 'Q' || !recv_str(fd, &key)) {
-        if (op != 'Q' && !rank.empty() && !stop_) {  // numbered in the order they are noticed
-          std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!rank.empty()) announced_.erase(rank);
+        if (op != 'Q' && !rank.empty() && !stop_)  // numbered in the order they are noticed
           data_["dp/lost/" + rank] = std::to_string(++lost_);
-        }
         return;
       }
       if (op == 'S') {
         if (!recv_str(fd, &value)) return;
-        if (key.compare(0, 8, "dp/rank/") == 0) rank = key.substr(8);
         {
           std::lock_guard<std::mutex> lock(mu_);
+          // A rank announced by a second live connection: two processes
+          // were given one RANK. Every rank in the rendezvous is told.
+          if (key.compare(0, 8, "dp/rank/") == 0) {
+            const std::string r = key.substr(8);
+            if (announced_.emplace(r, fd).first->second == fd)
+              rank = r;
+            else if (!data_.count("dp/abort"))
+              data_["dp/abort"] = "two processes announced rank " + r +
+                                  " (each process of a world needs its own rank: RANK, OMPI_COMM_WORLD_RANK or "
+                                  "SLURM_PROCID differ between them)";
+          }
           data_[key] = value;
         }
         const char ok = 1;
@@ -268,6 +283,7 @@ class TcpStore::Server {
   std::vector<int> clients_;
   int open_ = 0;  // connections still being answered: their (detached) handler threads
   std::map<std::string, std::string> data_;
+  std::map<std::string, int> announced_;  // rank -> the live connection that announced it
   int lost_ = 0;  // connections lost so far
 };
 
@@ -298,7 +314,7 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, double timeout
     if (fd_ >= 0) break;
     if (seconds_since(t0) > timeout_s)
       fail(DP_ERR_COMM, "cannot reach the store of rank 0 at " + address_ + " within " + seconds_text(timeout_s) +
-                          " s: " + why + " (is rank 0 running? MASTER_ADDR and MASTER_PORT must name it)");
+                          ": " + why + " (is rank 0 running? MASTER_ADDR and MASTER_PORT must name it)");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   int one = 1;
@@ -382,8 +398,27 @@ std::string TcpStore::lost_rank(int world_size, double wait_s) {
 // A rank that gives up tells the others why ("dp/abort"), so that they fail
 // with the reason rather than with rank 0's store vanishing under them;
 // rank 0 keeps serving until the ranks that joined have read it (or 2 s).
+// The store's server sets "dp/abort" too, when two processes announce one
+// rank.
 void rendezvous(TcpStore& store, const DistConfig& c) {
   const std::string world = std::to_string(c.world_size);
+  auto give_up = [&](const std::string& why, bool tell) {
+    if (tell) store.set("dp/abort", why);
+    store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
+    if (c.rank == 0) {
+      const auto t1 = Clock::now();
+      for (bool all = false; !all && seconds_since(t1) < 2;) {
+        all = true;
+        for (int r = 1; r < c.world_size && all; ++r) {
+          std::vector<bool> f;
+          store.try_get({"dp/rank/" + std::to_string(r), "dp/abort_seen/" + std::to_string(r)}, &f);
+          all = !f[0] || f[1];  // not joined, or has read the reason
+        }
+        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    fail(DP_ERR_COMM, why);
+  };
   store.set("dp/rank/" + std::to_string(c.rank), world);
   std::vector<std::string> keys;
   for (int r = 0; r < c.world_size; ++r) keys.push_back("dp/rank/" + std::to_string(r));
@@ -392,10 +427,7 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
   std::vector<bool> found;
   for (;;) {
     std::vector<std::string> v = store.try_get(keys, &found);
-    if (found.back()) {  // another rank gave up
-      store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
-      fail(DP_ERR_COMM, v.back());
-    }
+    if (found.back()) give_up(v.back(), false);  // another rank gave up, or the store saw a rank twice
     std::string missing, why;
     int nmissing = 0;
     for (int r = 0; r < c.world_size && why.empty(); ++r) {
@@ -408,30 +440,29 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
     if (why.empty() && seconds_since(t0) > c.timeout_s)
       why = std::string(nmissing > 1 ? "ranks " : "rank ") + missing + " of " + world + " did not join within " +
             seconds_text(c.timeout_s) + " (store at " + store.address() + "; DP_COMM_TIMEOUT or timeout_s sets the limit)";
-    if (!why.empty()) {
-      store.set("dp/abort", why);
-      if (c.rank == 0) {
-        const auto t1 = Clock::now();
-        for (bool all = false; !all && seconds_since(t1) < 2;) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          all = true;
-          for (int r = 1; r < c.world_size && all; ++r) {
-            std::vector<bool> f;
-            store.try_get({"dp/rank/" + std::to_string(r), "dp/abort_seen/" + std::to_string(r)}, &f);
-            all = !f[0] || f[1];  // not joined, or has read the reason
-          }
-        }
-      }
-      fail(DP_ERR_COMM, why);
-    }
+    if (!why.empty()) give_up(why, true);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // Rank 0 serves the store: it leaves only once every rank has seen everyone.
+  // Rank 0 serves the store: it leaves only once every rank has seen
+  // everyone, or one gave up meanwhile.
   store.set("dp/joined/" + std::to_string(c.rank), "1");
   if (c.rank == 0) {
     std::vector<std::string> joined;
     for (int r = 0; r < c.world_size; ++r) joined.push_back("dp/joined/" + std::to_string(r));
-    store.get(joined, c.timeout_s);
+    joined.push_back("dp/abort");
+    for (;;) {
+      std::vector<std::string> v = store.try_get(joined, &found);
+      if (found.back()) give_up(v.back(), false);
+      std::string missing;
+      for (int r = 0; r < c.world_size; ++r)
+        if (!found[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (missing.empty()) break;
+      if (seconds_since(t0) > 2 * c.timeout_s)
+        give_up("rank(s) " + missing + " of " + world + " joined but did not go on within " + seconds_text(c.timeout_s) +
+                    " (store at " + store.address() + ")",
+                true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 }
 

@@ -114,7 +114,7 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs) : mo
     engine_->set_processes(&c, procs->rank(), first_, global_);
     engine_->set_stop(&procs->stop());
     // Buckets are collectives: every rank must cut the same ones.
-    procs->check_same("gradient buckets (DP_BUCKET_MB, DP_SPLIT_LAYERS)", engine_->bucket_layout());
+    procs->check_same("gradient bucket layout (DP_BUCKET_MB, DP_SPLIT_LAYERS)", engine_->bucket_layout());
   }
   global_split_.reserve(static_cast<size_t>(global_));
   split_.reserve(devices_.size());

@@ -458,7 +458,7 @@ TEST_CASE("ranks that cut gradients into different buckets (DP_BUCKET_MB) are re
     CAPTURE(o.message);
     CHECK(o.status == 1);
     CHECK(o.message.find("DP_ERR_INVALID_ARGUMENT") != std::string::npos);
-    CHECK(o.message.find("rank 1's gradient buckets (DP_BUCKET_MB, DP_SPLIT_LAYERS) differs from rank 0's") !=
+    CHECK(o.message.find("rank 1's gradient bucket layout (DP_BUCKET_MB, DP_SPLIT_LAYERS) differs from rank 0's") !=
           std::string::npos);
   }
 }

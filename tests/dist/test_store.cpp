@@ -77,6 +77,21 @@ TEST_CASE("world sizes that differ between processes: a clear error") {
   }
 }
 
+TEST_CASE("two processes given one rank: every process of the rendezvous fails at once, saying so") {
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 2 never comes: without the check all three would wait for it the
+  // whole 20 s, and the message would name rank 2.
+  auto out = run_ranks({rank_fn(0, 3, port, 20), rank_fn(1, 3, port, 20), rank_fn(1, 3, port, 20)}, 60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const Outcome& o : out) {
+    CAPTURE(o.message);
+    CHECK(o.status == 1);
+    CHECK(o.message.find("two processes announced rank 1") != std::string::npos);
+  }
+  CHECK(took < 10);
+}
+
 TEST_CASE("a port nobody serves: the error names the address, within the time limit") {
   const int port = free_port();
   auto out = run_ranks({rank_fn(1, 2, port, 1)}, 30);

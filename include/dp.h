@@ -13,7 +13,9 @@
  * - Thread safety: distinct objects may be used from distinct threads at once;
  *   one object must not be used by two threads at once unless said otherwise.
  *   A group or optimizer uses its model: do not use the model from another
- *   thread while they run.
+ *   thread while they run. (A group's running calls, its optimizers' steps
+ *   included, check this: one made while another thread's runs fails with
+ *   DP_ERR_INVALID_ARGUMENT, "the group is in use by another thread's call".)
  * - Lifetimes: a model must outlive its groups, a group its optimizers; a
  *   context must outlive everything created from it.
  */
@@ -209,9 +211,12 @@ DP_API dp_status dp_tensor_is_borrowed(const dp_tensor* t, int* borrowed);
 DP_API dp_status dp_tensor_pin_memory(dp_tensor* t);
 
 /* ---- Device groups: nn.DataParallel over a list of devices. ---- */
-/* devices: "cpu:0,cpu:1,cpu:2" (more devices than cores is allowed) or
- * "cuda:0,cuda:1" (a GPU may repeat: "cuda:0,cuda:0" runs two replicas on
- * one GPU); CPU and CUDA devices do not mix in one group. The group keeps one
+/* devices: "cpu:0,cpu:1,cpu:2" or "cuda:0,cuda:1"; CPU and CUDA devices do
+ * not mix in one group. A CPU device is a worker thread, whatever its
+ * number: more devices than cores is allowed, and "cpu:0,cpu:0" is two
+ * devices. A GPU may repeat ("cuda:0,cuda:0" runs two replicas on one GPU).
+ * "auto" (the CLI's and Python's default) is not taken here: build the list
+ * from dp_device_count. The group keeps one
  * persistent replica per device; CPU replicas share the model's parameters
  * and own their gradient buffers; each GPU holds one copy of the parameters,
  * kept identical by identical updates, and its replicas' own gradients.
@@ -359,9 +364,11 @@ DP_API dp_status dp_group_global_devices(const dp_group* g, int* count, int* fir
  * communication with backward did not hide). 0 without processes. */
 DP_API dp_status dp_group_comm_seconds(const dp_group* g, double* busy, double* exposed);
 
-/* ---- Optimizers: JSON config, PyTorch's names and update formulas. ----
- * {"type": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0, "nesterov": false, "weight_decay": 0}
- * {"type": "adam" | "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0} */
+/* ---- Optimizers: JSON config, PyTorch's names, defaults and update formulas. ----
+ * {"type": "sgd", "lr": 0.001, "momentum": 0, "dampening": 0, "nesterov": false, "weight_decay": 0}
+ * {"type": "adam" | "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8,
+ *  "weight_decay": 0 (adam) | 0.01 (adamw)}
+ * (the values shown are the defaults; "type" is required) */
 DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out);
 DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
 /* The learning rate, read and set (a schedule sets it before each step). */
@@ -501,7 +508,11 @@ DP_API dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, 
                                            double loss_scale, float* loss);
 /* The model's loss without training (evaluation); *loss receives it, and
  * *correct (may be NULL) the number of rows whose arg-max equals the target
- * (cross_entropy only; 0 otherwise). */
+ * (cross_entropy only; 0 otherwise). Always in evaluation mode (dropout off,
+ * batch norm from its running statistics, which stay unchanged), whatever
+ * dp_group_set_training says, as model.eval() under torch.no_grad(). A NaN
+ * input or loss is not an error here: *loss is NaN (as dp_group_forward's
+ * outputs); only training steps refuse it (DP_ERR_NUMERIC). */
 DP_API dp_status dp_group_evaluate(dp_group* g, const dp_tensor* input, const dp_tensor* target, float* loss,
                                    int64_t* correct);
 
@@ -528,7 +539,9 @@ DP_API dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, in
 /* A dataset of the caller's: get_item fills one sample (input: prod(sample
  * shape) floats; target: one int64 or prod(target shape) floats) and returns
  * 0, or non-zero with a message in error (error_capacity bytes) to fail the
- * batch. Called from loader threads, concurrently. release (may be NULL) runs
+ * batch: dp_loader_next then returns DP_ERR_INVALID_ARGUMENT, "dataset
+ * callback failed at index I: <message>", and the next call goes on with
+ * the next batch. Called from loader threads, concurrently. release (may be NULL) runs
  * when the dataset is destroyed. The struct is versioned by struct_size. */
 typedef struct dp_dataset_callbacks {
   size_t struct_size; /* sizeof(dp_dataset_callbacks) */
@@ -551,17 +564,21 @@ DP_API void dp_dataset_destroy(dp_dataset* ds);
 
 /* ---- Loaders: shuffled batches assembled ahead by worker threads. ----
  * {"batch_size": 64, "shuffle": true, "drop_last": false, "num_workers": 2,
- *  "prefetch": 2, "seed": 0}
- * The order of an epoch is a pure function of (seed, epoch). The dataset must
- * outlive the loader. */
+ *  "prefetch_factor": 2, "seed": 0, "pin_memory": false}
+ * PyTorch's DataLoader names and defaults (batch_size 1, shuffle false,
+ * num_workers 0: batches assembled by the calling thread; prefetch_factor 2
+ * batches ahead per worker, also accepted as "prefetch"); "seed" (default 0)
+ * keys the shuffle, as a torch.Generator would. The order of an epoch is a
+ * pure function of (seed, epoch). The dataset must outlive the loader. */
 DP_API dp_status dp_loader_create(dp_dataset* ds, const char* json_config, dp_loader** out);
 DP_API void dp_loader_destroy(dp_loader* loader);
 /* Batches per epoch. */
 DP_API dp_status dp_loader_num_batches(const dp_loader* loader, int64_t* count);
 /* The next batch of the current epoch into input and target (caller-owned
- * tensors, reshaped to [rows, ...]; no allocation once they are large
- * enough). *rows is 0 at the end of an epoch; the next call starts the next
- * epoch. */
+ * tensors, given the batch's shape [rows, ...] and the dataset's dtypes,
+ * whatever they held before; no allocation once they are large enough).
+ * *rows is 0 at the end of an epoch, and the tensors then hold 0 rows; the
+ * next call starts the next epoch. */
 DP_API dp_status dp_loader_next(dp_loader* loader, dp_tensor* input, dp_tensor* target, int64_t* rows);
 /* Where the loader stands: the epoch and the index of the next batch. */
 DP_API dp_status dp_loader_position(const dp_loader* loader, int64_t* epoch, int64_t* batch);
@@ -600,13 +617,17 @@ DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
 DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
 /* A training checkpoint: parameters, buffers, the optimizer's state (opt may
  * be NULL), the loader's position (loader may be NULL), the group's step, and
- * in __metadata__ the model JSON and user_metadata_json (a JSON object, may be
+ * in __metadata__ the model JSON, what it means ("model_canonical", which
+ * dp_checkpoint_load compares) and user_metadata_json (a JSON object, may be
  * NULL), and "data_crc32", the CRC-32 of the tensor data. Written to a
  * temporary file, fsynced and renamed: a crash never leaves a half-written
  * checkpoint. */
 DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optimizer* opt,
                                     const dp_loader* loader, const char* user_metadata_json);
-/* Restores what dp_checkpoint_save wrote into an identical model's group,
+/* Restores what dp_checkpoint_save wrote into the same model's group (the
+ * same seed, input, loss, and layers with the same types, names, inputs and
+ * hyperparameters, defaults included; free text, spacing and how values are
+ * written may differ; DP_ERR_MODEL names the first difference),
  * optimizer (may be NULL) and loader (may be NULL). A truncated, corrupted or
  * mismatched file is rejected with a clear error and changes nothing:
  * DP_ERR_IO for tensor data that does not match data_crc32 (checked when the

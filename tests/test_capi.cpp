@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "api_util.h"
 
@@ -307,6 +310,11 @@ TEST_CASE("bad model JSON: a clear error naming the JSON path and what is valid"
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2, "bais": false}]})",
             DP_ERR_MODEL, {"/layers/0/bais", "unknown key", "bias"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear"}]})", DP_ERR_MODEL, {"/layers/0/out_features", "missing"});
+  // A required key misspelt: the near miss is named (finish() never runs to call it unknown).
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "bias": true, "out_feature": 2}]})", DP_ERR_MODEL,
+            {"/layers/0/out_features: missing", "the object has 'out_feature': a misspelling of 'out_features'?"});
+  f.rejects(R"({"input": {"shape": [3, 8, 8]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernal_size": 3}]})",
+            DP_ERR_MODEL, {"/layers/0/kernel_size: missing", "'kernal_size'"});
   f.rejects(R"({"layers": [{"type": "relu"}]})", DP_ERR_MODEL, {"/input"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": []})", DP_ERR_MODEL, {"/layers"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "loss": {"type": "hinge"}})", DP_ERR_MODEL,
@@ -437,6 +445,8 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   CHECK(dp_optimizer_create(g, R"({"type": "adam", "betas": [0.9]})", &opt) == DP_ERR_MODEL);
   CHECK(dp_optimizer_create(g, R"({"type": "sgd", "nesterov": true})", &opt) == DP_ERR_MODEL);
   CHECK(dp_optimizer_create(g, "{type: sgd}", &opt) == DP_ERR_JSON);
+  CHECK(dp_optimizer_create(g, R"({"lr": 0.1})", &opt) == DP_ERR_MODEL);
+  CHECK(std::string(dp_last_error()).find("/type: missing; expected an optimizer type") != std::string::npos);
   CHECK(opt == reinterpret_cast<dp_optimizer*>(0x1));
   DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
 
@@ -544,6 +554,57 @@ TEST_CASE("a model without a loss cannot train_step, but forward/backward work")
   CHECK(std::string(dp_last_error()).find("no loss") != std::string::npos);
   dp_tensor_destroy(x);
   dp_tensor_destroy(t);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+// dp.h: one object, one thread at a time. Two threads training one group
+// used to wait forever on its workers; a call made while another thread's
+// runs now fails at once, saying so, and the group goes on working.
+TEST_CASE("one group used by two threads at once: the second call is refused, nothing hangs") {
+  Fixture f;
+  dp_model* m = f.model(R"({"input": {"shape": [256]}, "layers": [{"type": "linear", "out_features": 256},
+      {"type": "relu"}, {"type": "linear", "out_features": 4}], "loss": {"type": "cross_entropy"}})");
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.01})", &opt));
+  dp_tensor* x = make_f32(f.ctx, std::vector<float>(64 * 256, 0.1f), {64, 256});
+  dp_tensor* y = make_i64(f.ctx, std::vector<int64_t>(64, 1), {64});
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::string other_message;
+  std::mutex mu;
+  auto worker = [&](bool eval) {
+    for (int i = 0; i < 300; ++i) {
+      float loss = 0;
+      int64_t correct = 0;
+      dp_status st = eval ? dp_group_evaluate(g, x, y, &loss, &correct) : dp_group_train_step(g, opt, x, y, &loss);
+      if (st == DP_OK) {
+        ++ok;
+      } else if (st == DP_ERR_INVALID_ARGUMENT &&
+                 std::string(dp_last_error()).find("the group is in use by another thread's call") != std::string::npos) {
+        ++busy;
+      } else {
+        std::lock_guard<std::mutex> lock(mu);
+        other_message = dp_last_error();
+        ++other;
+      }
+    }
+  };
+  std::thread a(worker, false), b(worker, true);
+  a.join();
+  b.join();
+  CAPTURE(other_message);
+  CHECK(other == 0);
+  CHECK(busy > 0);
+  CHECK(ok > 0);
+  // Usable as before.
+  float loss = 0;
+  DP_REQUIRE_OK(dp_group_train_step(g, opt, x, y, &loss));
+  DP_REQUIRE_OK(dp_optimizer_step(opt));
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
   dp_optimizer_destroy(opt);
   dp_group_destroy(g);
   dp_model_destroy(m);

@@ -506,6 +506,7 @@ dp_status dp_group_set_training(dp_group* g, int training) {
 dp_status dp_group_forward(dp_group* g, const dp_tensor* input, dp_tensor** output) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && input && output, "g, input and output must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   auto out = std::make_unique<dp_tensor>();
   g->group->forward(input->t, out->t);
   *output = out.release();
@@ -515,6 +516,7 @@ dp_status dp_group_forward(dp_group* g, const dp_tensor* input, dp_tensor** outp
 dp_status dp_group_backward(dp_group* g, const dp_tensor* grad_output) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && grad_output, "g and grad_output must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   g->group->backward(grad_output->t);
   DP_GUARD_END
 }
@@ -522,6 +524,7 @@ dp_status dp_group_backward(dp_group* g, const dp_tensor* grad_output) {
 dp_status dp_group_zero_grad(dp_group* g) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g, "g is NULL");
+  dp::GroupInUse in_use(g, __func__);
   g->group->zero_grad();
   DP_GUARD_END
 }
@@ -558,6 +561,7 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
 dp_status dp_optimizer_step(dp_optimizer* opt) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt, "opt is NULL");
+  dp::GroupInUse in_use(opt->group, __func__);
   opt->group->group->optimizer_step(*opt->opt);
   DP_GUARD_END
 }
@@ -716,6 +720,7 @@ dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* i
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && opt && input && target, "g, opt, input and target must not be NULL");
   DP_CHECK_ARG(opt->group == g, "the optimizer was created for another group");
+  dp::GroupInUse in_use(g, __func__);
   double l = g->group->train_step(*opt->opt, input->t, target->t);
   if (loss) *loss = static_cast<float>(l);
   DP_GUARD_END
@@ -725,6 +730,7 @@ dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, const d
                                    float* loss) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && input && target, "g, input and target must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   double l = g->group->forward_backward(input->t, target->t, loss_scale);
   if (loss) *loss = static_cast<float>(l);
   DP_GUARD_END
@@ -734,6 +740,7 @@ dp_status dp_group_evaluate(dp_group* g, const dp_tensor* input, const dp_tensor
                             int64_t* correct) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && input && target && loss, "g, input, target and loss must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   int64_t hits = 0;
   double l = g->group->evaluate(input->t, target->t, &hits);
   *loss = static_cast<float>(l);

@@ -1,6 +1,8 @@
 // What the opaque handles of dp.h are.
 #pragma once
+#include <atomic>
 #include <memory>
+#include <string>
 
 #include "group/group.h"
 #include "layers/registry.h"
@@ -49,7 +51,30 @@ struct dp_group {
   dp_model* model;
   std::shared_ptr<dp::ProcessGroup> procs;  // kept alive while the group lives (declared first: destroyed last)
   std::unique_ptr<dp::Group> group;
+  // Set while a call runs the group (GroupInUse): one thread at a time
+  // (dp.h); a second thread's call fails rather than waiting forever on the
+  // group's workers, which serve one job at a time.
+  std::atomic<bool> busy{false};
 };
+
+namespace dp {
+// Holds g for one call; throws DP_ERR_INVALID_ARGUMENT naming `fn` when
+// another thread's call holds it.
+class GroupInUse {
+ public:
+  GroupInUse(dp_group* g, const char* fn) : g_(g) {
+    if (g_->busy.exchange(true, std::memory_order_acquire))
+      fail(DP_ERR_INVALID_ARGUMENT, std::string(fn) + ": the group is in use by another thread's call (a group, with its "
+                                                       "optimizers, is used by one thread at a time)");
+  }
+  ~GroupInUse() { g_->busy.store(false, std::memory_order_release); }
+  GroupInUse(const GroupInUse&) = delete;
+  GroupInUse& operator=(const GroupInUse&) = delete;
+
+ private:
+  dp_group* g_;
+};
+}  // namespace dp
 
 struct dp_optimizer {
   dp_group* group;

@@ -1,5 +1,6 @@
 #include "core/args.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -41,7 +42,8 @@ std::string json_brief(const json& v, size_t max_chars) {
   return out;
 }
 
-Args::Args(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
+Args::Args(const json& obj, std::string path)
+    : obj_(obj), path_(std::move(path)), resolved_(std::make_shared<json>(json::object())) {
   if (!obj.is_object())
     fail(DP_ERR_MODEL, (path_.empty() ? "/" : path_) + ": expected an object, got " + json_brief(obj));
 }
@@ -69,6 +71,38 @@ void Args::bad(const char* key, const std::string& expected, const json& got) co
   fail(DP_ERR_MODEL, path_of(key) + ": expected " + expected + ", got " + json_brief(got));
 }
 
+template <class T>
+T Args::keep(const char* key, T value) {
+  (*resolved_)[key] = value;
+  return value;
+}
+
+// Edits (insertions, deletions, substitutions) between a and b.
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A required key that is absent: a key given nearby in spelling
+// ("out_feature" for "out_features") is named, since finish() never runs.
+void Args::missing(const char* key, const std::string& expected) const {
+  std::string near;
+  for (auto it = obj_.begin(); it != obj_.end() && near.empty(); ++it)
+    if (!used_.count(it.key()) && edit_distance(it.key(), key) <= 2) near = it.key();
+  fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + expected +
+                         (near.empty() ? "" : " (the object has '" + near + "': a misspelling of '" + key + "'?)"));
+}
+
 static std::string at_least(int64_t min_value) {
   if (min_value == 1) return "a positive integer";
   if (min_value == 0) return "a non-negative integer";
@@ -82,40 +116,39 @@ static std::string pair_element(int64_t min_value, int64_t max_value) {
 
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   int64_t x = 0;
   if (!as_int64(*v, &x) || x < min_value) bad(key, at_least(min_value), *v);
-  return x;
+  return keep(key, x);
 }
 
 int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value, int64_t max_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   int64_t x = 0;
   if (!as_int64(*v, &x) || x < min_value || x > max_value)
     bad(key, "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]", *v);
-  return x;
+  return keep(key, x);
 }
 
 int64_t Args::required_integer(const char* key, int64_t min_value) {
-  if (!has(key)) fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + at_least(min_value));
+  if (!has(key)) missing(key, at_least(min_value));
   return integer(key, 0, min_value);
 }
 
 std::array<int64_t, 2> Args::pair(const char* key, std::array<int64_t, 2> default_value, int64_t min_value,
                                   int64_t max_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   int64_t a = 0, b = 0;
   auto ok = [&](const json& x, int64_t* out) { return as_int64(x, out) && *out >= min_value && *out <= max_value; };
-  if (ok(*v, &a)) return {a, a};
-  if (v->is_array() && v->size() == 2 && ok((*v)[0], &a) && ok((*v)[1], &b)) return {a, b};
+  if (ok(*v, &a)) return keep(key, std::array<int64_t, 2>{a, a});
+  if (v->is_array() && v->size() == 2 && ok((*v)[0], &a) && ok((*v)[1], &b)) return keep(key, std::array<int64_t, 2>{a, b});
   bad(key, pair_element(min_value, max_value) + " or a list of two", *v);
 }
 
 std::array<int64_t, 2> Args::required_pair(const char* key, int64_t min_value, int64_t max_value) {
-  if (!has(key))
-    fail(DP_ERR_MODEL, path_of(key) + ": missing; expected " + pair_element(min_value, max_value) + " or a list of two");
+  if (!has(key)) missing(key, pair_element(min_value, max_value) + " or a list of two");
   return pair(key, {0, 0}, min_value, max_value);
 }
 
@@ -130,15 +163,15 @@ static std::string range(double lo, double hi) {
 
 double Args::number(const char* key, double default_value, double lo, double hi) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   if (!v->is_number() || !(v->get<double>() >= lo && v->get<double>() <= hi)) bad(key, range(lo, hi), *v);
-  return v->get<double>();
+  return keep(key, v->get<double>());
 }
 
 std::vector<double> Args::numbers(const char* key, std::vector<double> default_value, size_t count, double lo,
                                   double hi) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   std::string what = "a list of " + std::to_string(count) + " numbers in [" + json(lo).dump() + ", " + json(hi).dump() + "]";
   if (!v->is_array() || v->size() != count) bad(key, what, *v);
   std::vector<double> out;
@@ -146,26 +179,26 @@ std::vector<double> Args::numbers(const char* key, std::vector<double> default_v
     if (!x.is_number() || !(x.get<double>() >= lo && x.get<double>() <= hi)) bad(key, what, *v);
     out.push_back(x.get<double>());
   }
-  return out;
+  return keep(key, out);
 }
 
 bool Args::boolean(const char* key, bool default_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   if (!v->is_boolean()) bad(key, "true or false", *v);
-  return v->get<bool>();
+  return keep(key, v->get<bool>());
 }
 
 std::string Args::string(const char* key, const std::string& default_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   if (!v->is_string()) bad(key, "a string", *v);
-  return v->get<std::string>();
+  return keep(key, v->get<std::string>());
 }
 
 std::vector<int64_t> Args::integers(const char* key, std::vector<int64_t> default_value) {
   const json* v = get(key);
-  if (!v) return default_value;
+  if (!v) return keep(key, default_value);
   if (!v->is_array()) bad(key, "a list of integers", *v);
   std::vector<int64_t> out;
   for (const auto& x : *v) {
@@ -173,7 +206,7 @@ std::vector<int64_t> Args::integers(const char* key, std::vector<int64_t> defaul
     if (!as_int64(x, &i)) bad(key, "a list of integers (each at most 2^63 - 1)", *v);
     out.push_back(i);
   }
-  return out;
+  return keep(key, out);
 }
 
 void Args::finish(const std::string& what) const {

@@ -2,10 +2,13 @@
 // path and say what would be valid:
 //   /layers/3/kernel_size: expected a positive integer, got -1
 // Every key read is remembered, so finish() can reject unknown keys (a typo
-// such as "kernal_size" must not be silently ignored).
+// such as "kernal_size" must not be silently ignored), with the value it was
+// read as, defaults included (resolved(): what the object means, however it
+// was written: kernel_size 3 and [3, 3], a default left out or written out).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,15 +58,22 @@ class Args {
   // Throws for a key never read: "/layers/2: unknown key 'kernal_size' for conv2d (known: ...)",
   // listing every key read, accepted or asked about with has().
   void finish(const std::string& what) const;
+  // Every key read so far with the value it was read as (a default where
+  // absent; a pair as a list of two), as a JSON object.
+  const nlohmann::json& resolved() const { return *resolved_; }
 
  private:
   const nlohmann::json* get(const char* key);
   [[noreturn]] void bad(const char* key, const std::string& expected, const nlohmann::json& got) const;
+  [[noreturn]] void missing(const char* key, const std::string& expected) const;
+  template <class T>
+  T keep(const char* key, T value);
 
   const nlohmann::json& obj_;
   std::string path_;
   std::set<std::string> used_;           // read or accepted
   mutable std::set<std::string> asked_;  // asked about with has()
+  std::shared_ptr<nlohmann::json> resolved_;
 };
 
 }  // namespace dp

@@ -82,7 +82,7 @@ std::shared_ptr<const Transform> Transform::from_json(const std::string& text, c
         fail(DP_ERR_MODEL, n.path_of(key) + ": missing; expected a list of " + std::to_string(channels) +
                                " numbers (one per channel of " + t->out_.str() + ")");
     auto mean = n.numbers("mean", {}, channels, -1e30, 1e30);
-    auto sd = n.numbers("std", {}, channels, 0, 1e30);
+    auto sd = n.numbers("std", {}, channels, -1e30, 1e30);  // each > 0, said below
     n.finish("normalize");
     for (size_t i = 0; i < sd.size(); ++i)
       if (!(sd[i] > 0))

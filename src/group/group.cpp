@@ -39,7 +39,7 @@ static std::vector<std::string> parse_devices(const std::string& text, std::vect
 // What must be the same on every process: the model's JSON and layout.
 static std::string fingerprint(const Model& m) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
-  for (unsigned char c : m.description) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : m.canonical) h = (h ^ c) * 1099511628211ull;  // what it means, not how it is written
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return "model JSON hash " + std::string(hex) + ", " + std::to_string(m.num_params()) + " parameters in " +

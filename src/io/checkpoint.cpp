@@ -19,8 +19,9 @@ using nlohmann::json;
 namespace {
 
 const char* const kFormat = "dp-checkpoint-1";
-const char* const kReserved[] = {"format",       "model",        "group_step",  "optimizer_type", "optimizer_steps",
-                                 "loader_epoch", "loader_batch", "grad_scaler", kDataCrc32};
+const char* const kReserved[] = {"format",       "model",        "model_canonical", "group_step",
+                                 "optimizer_type", "optimizer_steps", "loader_epoch", "loader_batch",
+                                 "grad_scaler",  kDataCrc32};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -139,6 +140,29 @@ int64_t meta_int(const StFile& f, const char* key) {
 
 json parse_model_json(const std::string& text) { return json::parse(text, nullptr, true, true); }
 
+// Where two models' canonical JSON (Model::canonical) first differ, as
+// "/layers/3/p is 0.3 in the checkpoint, 0.5 here"; "" when they do not.
+std::string first_difference(const json& saved, const json& ours, const std::string& at) {
+  if (saved == ours) return "";
+  if (saved.is_object() && ours.is_object()) {
+    for (auto it = saved.begin(); it != saved.end(); ++it) {
+      if (!ours.contains(it.key())) return at + "/" + it.key() + " is " + json_brief(*it) + " in the checkpoint, absent here";
+      std::string d = first_difference(*it, ours[it.key()], at + "/" + it.key());
+      if (!d.empty()) return d;
+    }
+    for (auto it = ours.begin(); it != ours.end(); ++it)
+      if (!saved.contains(it.key())) return at + "/" + it.key() + " is absent in the checkpoint, " + json_brief(*it) + " here";
+  }
+  if (saved.is_array() && ours.is_array() && at == "/layers" && saved.size() != ours.size())
+    return "the checkpoint's model has " + std::to_string(saved.size()) + " layers, this one " + std::to_string(ours.size());
+  if (saved.is_array() && ours.is_array() && saved.size() == ours.size())
+    for (size_t i = 0; i < saved.size(); ++i) {
+      std::string d = first_difference(saved[i], ours[i], at + "/" + std::to_string(i));
+      if (!d.empty()) return d;
+    }
+  return (at.empty() ? "/" : at) + " is " + json_brief(saved) + " in the checkpoint, " + json_brief(ours) + " here";
+}
+
 // The grad scaler's state (optim/grad_scaler.h), in PyTorch's
 // GradScaler.state_dict() names, and the steps it skipped: written while a
 // scaler is on (or has skipped steps), so that a resumed run scales exactly
@@ -216,7 +240,10 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
   const Model& m = group.model();
   if (opt) group.optimizer_to_host(*opt);
   std::vector<std::pair<std::string, std::string>> metadata = {
-      {"format", kFormat}, {"model", m.description}, {"group_step", std::to_string(group.step())}};
+      {"format", kFormat},
+      {"model", m.description},
+      {"model_canonical", m.canonical},
+      {"group_step", std::to_string(group.step())}};
   if (opt) {
     metadata.push_back({"optimizer_type", opt->type()});
     metadata.push_back({"optimizer_steps", std::to_string(opt->steps)});
@@ -266,21 +293,28 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   if (!format || *format != kFormat)
     fail(DP_ERR_IO, path + ": not a dp checkpoint (__metadata__ format is " + (format ? "'" + *format + "'" : std::string("missing")) +
                         ", expected '" + kFormat + "'); model weights load with dp_model_load_safetensors");
-  const std::string* saved_model = meta(f, "model");
+  // The same model: what the JSON means (Model::canonical; free text, spacing
+  // and defaults written out or left out may differ), or for a checkpoint
+  // written before dp recorded that, the same JSON.
+  const std::string* saved_canonical = meta(f, "model_canonical");
+  const std::string* saved_model = saved_canonical ? saved_canonical : meta(f, "model");
   if (!saved_model) fail(DP_ERR_IO, path + ": __metadata__ has no 'model' (a damaged checkpoint)");
   json saved, ours;
   try {
     saved = parse_model_json(*saved_model);
   } catch (const json::exception& e) {
-    fail(DP_ERR_IO, path + ": __metadata__ 'model' is not JSON: " + e.what());
+    fail(DP_ERR_IO, path + ": __metadata__ '" + (saved_canonical ? "model_canonical" : "model") + "' is not JSON: " + e.what());
   }
   try {
-    ours = parse_model_json(m.description);
+    ours = parse_model_json(saved_canonical ? m.canonical : m.description);
   } catch (const json::exception& e) {
     fail(DP_ERR_INTERNAL, std::string("the group's model JSON does not parse: ") + e.what());
   }
   if (saved != ours)
-    fail(DP_ERR_MODEL, path + ": checkpoint was written for another model (its __metadata__ 'model' differs from this group's model JSON)");
+    fail(DP_ERR_MODEL, path + ": checkpoint was written for another model (" +
+                           (saved_canonical ? first_difference(saved, ours, "")
+                                            : "its __metadata__ 'model' differs from this group's model JSON") +
+                           ")");
   const int64_t group_step = meta_int(f, "group_step");
 
   int64_t opt_steps = 0;

@@ -62,6 +62,8 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   model->description = text;
   Args top(doc, "");
   model->seed = static_cast<uint64_t>(top.integer("seed", 0, 0));
+  // What the model means (Model::canonical), built as it is read.
+  json canonical = {{"seed", model->seed}, {"layers", json::array()}, {"loss", nullptr}};
   top.accept("name");
   top.accept("description");
   top.accept("input");
@@ -99,6 +101,7 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     std::string dtype = input.string("dtype", "float32");
     if (dtype != "float32") fail(DP_ERR_MODEL, "/input/dtype: expected \"float32\", got \"" + dtype + "\"");
     input.finish("input");
+    canonical["input"] = input.resolved();
   }
 
   if (!doc.contains("layers") || !doc["layers"].is_array() || doc["layers"].empty())
@@ -161,6 +164,15 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     if (node.out_shape.ndim >= DP_MAX_DIMS)
       fail(DP_ERR_SHAPE, describe(node) + ": output has too many dimensions");
     node.out_shape.checked_numel(describe(node) + ": output");
+    json meant = spec;  // as given (a plugin may read keys of its own), then as read
+    for (const auto& kv : args.resolved().items()) meant[kv.key()] = kv.value();
+    // Sizes the input implies, only checked where given: they mean nothing more.
+    for (const char* checked : {"in_features", "in_channels", "num_features"}) meant.erase(checked);
+    meant["name"] = name;
+    json from = json::array();
+    for (int j : node.inputs) from.push_back(j < 0 ? std::string("input") : model->nodes[j].layer->name);
+    meant["inputs"] = from;
+    canonical["layers"].push_back(std::move(meant));
     names[name] = static_cast<int>(i);
     model->nodes.push_back(std::move(node));
   }
@@ -230,6 +242,8 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     model->loss = factory(args);
     args.finish(type);
     model->loss->type = type;
+    canonical["loss"] = args.resolved();
+    canonical["loss"]["type"] = type;
     try {
       model->target_shape = model->loss->target_shape(model->output_shape(), &model->target_dtype);
     } catch (const Error& e) {
@@ -238,6 +252,7 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     }
   }
   top.finish("a model");
+  model->canonical = canonical.dump();
   return model;
 }
 

@@ -67,6 +67,13 @@ class Model {
   Shape target_shape;          // per sample, when there is a loss
   dp_dtype target_dtype = DP_I64;
   std::string description;  // the JSON text, as given
+  // What the JSON means, as compact JSON: seed, input, loss, and each layer's
+  // type, name, inputs (by name) and hyperparameters as read, defaults
+  // included; free text (name, description), plugin paths, spacing,
+  // comments and how a value was written (3 or [3, 3]) left out. Two models
+  // with the same canonical text compute the same function from the same
+  // initial values: checkpoints and process groups compare it.
+  std::string canonical;
 
   std::vector<NamedTensor> param_info, buffer_info;
   // What groups, optimizers and batches built on this model may take, with

@@ -319,6 +319,8 @@ std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t
     opt = std::make_unique<Sgd>(a, n, budget);
   else if (type == "adam" || type == "adamw")
     opt = std::make_unique<Adam>(a, n, type == "adamw", budget);
+  else if (!a.has("type"))
+    fail(DP_ERR_MODEL, "/type: missing; expected an optimizer type (known: adam, adamw, sgd)");
   else
     fail(DP_ERR_MODEL, "/type: unknown optimizer '" + type + "' (known: adam, adamw, sgd)");
   a.finish(type);

@@ -179,6 +179,9 @@ TEST_CASE("loader: config errors name the key") {
   CHECK_FAILS(dp_loader_create(ds, R"({"num_workers": -1})", &l), DP_ERR_MODEL, "/num_workers");
   CHECK_FAILS(dp_loader_create(ds, R"({"num_workers": 100000})", &l), DP_ERR_MODEL, "/num_workers", "at most");
   CHECK_FAILS(dp_loader_create(ds, R"({"prefetch": 0})", &l), DP_ERR_MODEL, "/prefetch");
+  // PyTorch's name for it is taken too, checked alike; not both.
+  CHECK_FAILS(dp_loader_create(ds, R"({"prefetch_factor": 0})", &l), DP_ERR_MODEL, "/prefetch_factor");
+  CHECK_FAILS(dp_loader_create(ds, R"({"prefetch_factor": 2, "prefetch": 2})", &l), DP_ERR_MODEL, "not both");
   CHECK_FAILS(dp_loader_create(ds, R"({"seed": -3})", &l), DP_ERR_MODEL, "/seed");
   CHECK_FAILS(dp_loader_create(ds, R"({"batch": 4})", &l), DP_ERR_MODEL, "/batch: unknown key 'batch'");
   CHECK_FAILS(dp_loader_create(ds, "[1]", &l), DP_ERR_MODEL, "expected an object");
@@ -191,6 +194,9 @@ TEST_CASE("loader: config errors name the key") {
   CHECK(next_targets(l, f) == std::vector<int64_t>{0});
   CHECK(dp_loader_next(l, f.x, f.x, &k) == DP_ERR_INVALID_ARGUMENT);
   CHECK(dp_loader_next(l, f.x, nullptr, &k) == DP_ERR_INVALID_ARGUMENT);
+  dp_loader_destroy(l);
+  l = make_loader(ds, R"({"prefetch_factor": 3, "num_workers": 1})");
+  CHECK(next_targets(l, f) == std::vector<int64_t>{0});
   dp_loader_destroy(l);
   dp_dataset_destroy(ds);
 }

@@ -79,6 +79,8 @@ TEST_CASE("transform: bad configs name the JSON path and change nothing") {
               "/normalize/mean: expected a list of 3 numbers");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"normalize": {"mean": [0, 0, 0], "std": [1, 0, 1]}})"), DP_ERR_MODEL,
               "/normalize/std/1: expected a positive number, got 0");
+  CHECK_FAILS(dp_dataset_set_transform(ds, R"({"normalize": {"mean": [0, 0, 0], "std": [1, 1, -1]}})"), DP_ERR_MODEL,
+              "/normalize/std/2: expected a positive number, got -1");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"normalize": {"mean": [0, 0, 0]}})"), DP_ERR_MODEL, "/normalize/std: missing");
   CHECK_FAILS(dp_dataset_set_transform(ds, R"({"random_crop": {"size": 9, "padding": 2}})"), DP_ERR_MODEL,
               "/random_crop/size", "does not fit");

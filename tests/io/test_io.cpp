@@ -585,13 +585,42 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     DP_REQUIRE_OK(dp_model_save_safetensors(src.m, bad.c_str()));
     rejects(tr, load, DP_ERR_IO, {bad, "not a dp checkpoint"});
   }
-  SUBCASE("written for another model") {
+  SUBCASE("written for another model: the first difference is named") {
     Trainer other(kNetSeed4, kAdam);
     rejects(other, [&] { return dp_checkpoint_load(path.c_str(), other.g, other.opt, nullptr); }, DP_ERR_MODEL,
-            {path, "checkpoint was written for another model"});
+            {path, "checkpoint was written for another model (/seed is 3 in the checkpoint, 4 here)"});
     Trainer wide(kWide, kAdam);
     rejects(wide, [&] { return dp_checkpoint_load(path.c_str(), wide.g, wide.opt, nullptr); }, DP_ERR_MODEL,
-            {"checkpoint was written for another model"});
+            {"checkpoint was written for another model (the checkpoint's model has 5 layers, this one 2)"});
+    // A hyperparameter that changes what is computed, not the tensors.
+    std::string p5 = kNet;
+    p5.replace(p5.find("0.3"), 3, "0.5");
+    Trainer drop(p5.c_str(), kAdam);
+    rejects(drop, [&] { return dp_checkpoint_load(path.c_str(), drop.g, drop.opt, nullptr); }, DP_ERR_MODEL,
+            {"(/layers/3/p is 0.3 in the checkpoint, 0.5 here)"});
+    // A checkpoint written before dp recorded what the model means: the JSON itself is compared.
+    with_meta([](ojson& m) { m.erase("model_canonical"); });
+    rejects(other, [&] { return dp_checkpoint_load(bad.c_str(), other.g, other.opt, nullptr); }, DP_ERR_MODEL,
+            {"its __metadata__ 'model' differs from this group's model JSON"});
+    Trainer same(kNet, kAdam);
+    DP_REQUIRE_OK(dp_checkpoint_load(bad.c_str(), same.g, same.opt, nullptr));
+  }
+  SUBCASE("the same model written otherwise loads: free text, spacing, defaults written out, [3, 3] for 3") {
+    // kNet as another user would write it, then both continue alike.
+    const char* written_otherwise = R"({"name": "net", "description": "kNet, annotated", "seed": 3,
+      "input": {"shape": [6], "dtype": "float32"},
+      "layers": [{"type": "linear", "out_features": 8, "bias": true, "name": "0"},
+                 {"type": "batch_norm", "eps": 1e-5, "momentum": 0.1, "inputs": ["0"]},
+                 {"type": "relu"}, {"type": "dropout", "p": 0.3},
+                 {"type": "linear", "out_features": 3, "in_features": 8}],
+      "loss": {"type": "cross_entropy", "label_smoothing": 0.0}})";
+    Trainer a(kNet, kAdam), b(written_otherwise, kAdam);
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), a.g, a.opt, nullptr));
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), b.g, b.opt, nullptr));
+    a.train(7);
+    b.train(7);
+    CHECK(bitwise_equal(a.params(), b.params()));
+    CHECK(bitwise_equal(a.buffers(), b.buffers()));
   }
   SUBCASE("another optimizer type") {
     Trainer sgd(kNet, kSgd);
@@ -607,7 +636,12 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     rejects(tr, load, DP_ERR_IO, {bad, "'group_step'", "non-negative integer"});
     with_meta([](ojson& m) { m.erase("optimizer_steps"); });
     rejects(tr, load, DP_ERR_IO, {bad, "'optimizer_steps'"});
-    with_meta([](ojson& m) { m["model"] = "{\"seed\": "; });
+    with_meta([](ojson& m) { m["model_canonical"] = "{\"seed\": "; });
+    rejects(tr, load, DP_ERR_IO, {bad, "'model_canonical' is not JSON"});
+    with_meta([](ojson& m) {  // written before dp recorded model_canonical
+      m.erase("model_canonical");
+      m["model"] = "{\"seed\": ";
+    });
     rejects(tr, load, DP_ERR_IO, {bad, "'model' is not JSON"});
   }
   SUBCASE("a missing optimizer tensor, the last one read") {
@@ -765,7 +799,7 @@ TEST_CASE("checkpoint metadata, argument checks, out-parameters untouched on fai
   CHECK(metadata_of(std::string(DP_IO_DIR) + "/pytorch_linear.safetensors") == json::object());
   DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), a.g, nullptr, nullptr, "{}"));
   json meta = metadata_of(path);
-  CHECK(meta.size() == 4);  // format, model, group_step, data_crc32
+  CHECK(meta.size() == 5);  // format, model, model_canonical, group_step, data_crc32
   CHECK(meta["group_step"] == "0");
   dp_free(nullptr);
 }

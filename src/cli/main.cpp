@@ -200,6 +200,46 @@ static void note_changed_settings(const std::string& ckpt, const nlohmann::json&
                    : "");
 }
 
+// The run's record so far (the chart's data), kept in each checkpoint's
+// metadata as "history", so that --plot after --resume draws the whole run,
+// not only its resumed part. Non-finite losses are stored as null.
+static nlohmann::json history_json(const TrainingRecord& r) {
+  nlohmann::json steps = nlohmann::json::array(), evals = nlohmann::json::array(), epochs = nlohmann::json::array();
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  for (const auto& [step, loss] : r.step_losses) steps.push_back({step, num(loss)});
+  for (const EvalPoint& e : r.evals) evals.push_back({e.step, num(e.test_loss), num(e.test_accuracy)});
+  for (const EpochPoint& e : r.epochs)
+    epochs.push_back({e.epoch, e.step, num(e.train_loss), num(e.test_loss), num(e.test_accuracy)});
+  return {{"step_losses", steps}, {"evals", evals}, {"epochs", epochs}};
+}
+
+// A resumed run's chart starts with the checkpoint's history up to its step
+// (a --save-best checkpoint may lie behind the run that wrote it); a
+// checkpoint without one (or not readable as one) starts it empty.
+static void restore_history(const std::string& ckpt, int64_t upto, TrainingRecord* r) {
+  char* text = nullptr;
+  if (dp_checkpoint_metadata(ckpt.c_str(), &text) != DP_OK) return;
+  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
+  dp_free(text);
+  if (!meta.is_object() || !meta.contains("history") || !meta["history"].is_string()) return;
+  const nlohmann::json h = nlohmann::json::parse(meta["history"].get<std::string>(), nullptr, false);
+  auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+  try {
+    TrainingRecord got;
+    for (const auto& e : h.at("step_losses"))
+      if (e.at(0).get<int64_t>() <= upto) got.step_losses.emplace_back(e.at(0).get<int64_t>(), num(e.at(1)));
+    for (const auto& e : h.at("evals"))
+      if (e.at(0).get<int64_t>() <= upto) got.evals.push_back({e.at(0).get<int64_t>(), num(e.at(1)), num(e.at(2))});
+    for (const auto& e : h.at("epochs"))
+      if (e.at(1).get<int64_t>() <= upto)
+        got.epochs.push_back({e.at(0).get<int64_t>(), e.at(1).get<int64_t>(), num(e.at(2)), num(e.at(3)), num(e.at(4))});
+    r->step_losses = std::move(got.step_losses);
+    r->evals = std::move(got.evals);
+    r->epochs = std::move(got.epochs);
+  } catch (const nlohmann::json::exception&) {  // not dp's history: the chart starts empty
+  }
+}
+
 // One line for the chart's caption: model, data, devices, batch, optimizer, epochs.
 static std::string caption(const TrainOptions& o, const Data& data, int global_devices, int world) {
   std::string opt = "optimizer";
@@ -306,9 +346,12 @@ static int train(const TrainOptions& o) {
 
   const nlohmann::json record = run_record(o, data, devices, world);
   if (!o.resume.empty() && lead) note_changed_settings(o.resume, record["training"]);
+  TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
+  if (!o.resume.empty() && lead) restore_history(o.resume, global_step, &chart);
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
+    meta["history"] = history_json(chart);
     if (extra.is_object()) meta.update(extra);
     check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), path);
   };
@@ -345,7 +388,6 @@ static int train(const TrainOptions& o) {
   };
 
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
-  TrainingRecord chart;
   chart.steps_per_epoch = steps_per_epoch;
   chart.caption = caption(o, data, global_devices, world);
   if (!o.resume.empty()) chart.caption += " \u00b7 resumed at step " + std::to_string(global_step);
@@ -398,7 +440,7 @@ static int train(const TrainOptions& o) {
       if (lead) progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
       if (!closes_step(i)) continue;  // the next batches of this step first
       ++global_step;
-      if (lead && !o.plot.empty()) chart.step_losses.emplace_back(global_step, step_loss);
+      if (lead) chart.step_losses.emplace_back(global_step, step_loss);
       step_loss = 0;
       if (o.eval_every > 0 && global_step % o.eval_every == 0 && batch < batches) {  // (an epoch's end evaluates below)
         const EvalResult r = evaluate(c, group.get(), test_loader.get());
@@ -409,8 +451,8 @@ static int train(const TrainOptions& o) {
         if (log)
           log << "{\"step\": " << global_step << ", \"epoch\": " << json_num(at) << ", \"test_loss\": "
               << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << "}" << std::endl;
+        if (lead) chart.evals.push_back({global_step, r.loss, r.accuracy});
         evaluated(r, at);
-        if (lead && !o.plot.empty()) chart.evals.push_back({global_step, r.loss, r.accuracy});
       }
       if (stop_now()) {
         interrupted = true;

@@ -178,8 +178,11 @@ void Loader::seek(int64_t epoch, int64_t batch) {
   // Global batch numbers (epoch * K + batch) must fit in int64.
   const int64_t max_epoch = INT64_MAX / std::max<int64_t>(num_batches_, 1) - 2;
   if (epoch < 0 || epoch > max_epoch || batch < 0 || batch > num_batches_)
-    fail(DP_ERR_INVALID_ARGUMENT, "dp_loader_seek: position (" + std::to_string(epoch) + ", " + std::to_string(batch) +
-                                      ") is outside epochs [0, " + std::to_string(max_epoch) + "] and batches [0, " + std::to_string(num_batches_) + "]");
+    fail(DP_ERR_INVALID_ARGUMENT,
+         "dp_loader_seek: position (" + std::to_string(epoch) + ", " + std::to_string(batch) + ") is outside the loader's: " +
+             (epoch < 0 || epoch > max_epoch ? "the epoch must be in [0, " + std::to_string(max_epoch) + "]"
+                                             : "the batch must be in [0, " + std::to_string(num_batches_) + "] (" +
+                                                   std::to_string(num_batches_) + " batches an epoch)"));
   if (cfg_.num_workers > 0) {
     std::lock_guard<std::mutex> lk(mu_);
     gen_.fetch_add(1);

@@ -155,7 +155,10 @@ TEST_CASE("loader: position and seek resume exactly the same batches") {
     // Out-of-range positions are refused and change nothing.
     auto before = position(ref);
     CHECK(dp_loader_seek(ref, 0, 5) == DP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(dp_last_error()).find("position (0, 5) is outside the loader's: the batch must be in [0, 4] (4 "
+                                            "batches an epoch)") != std::string::npos);
     CHECK(dp_loader_seek(ref, -1, 0) == DP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(dp_last_error()).find("the epoch must be in [0, ") != std::string::npos);
     CHECK(dp_loader_seek(ref, 0, -1) == DP_ERR_INVALID_ARGUMENT);
     CHECK(position(ref) == before);
     dp_loader_destroy(ref);

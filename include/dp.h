@@ -13,9 +13,13 @@
  * - Thread safety: distinct objects may be used from distinct threads at once;
  *   one object must not be used by two threads at once unless said otherwise.
  *   A group or optimizer uses its model: do not use the model from another
- *   thread while they run. (A group's running calls, its optimizers' steps
- *   included, check this: one made while another thread's runs fails with
- *   DP_ERR_INVALID_ARGUMENT, "the group is in use by another thread's call".)
+ *   thread while they run. (The calls that run or change a group check
+ *   this: dp_group_forward, _backward, _zero_grad, _train_step,
+ *   _forward_backward, _evaluate, _set_option, _set_training, _last_split,
+ *   dp_optimizer_create, _step, _copy_state, _set_state, dp_checkpoint_save
+ *   and _load; one made while another thread's runs on the same group fails
+ *   with DP_ERR_INVALID_ARGUMENT, "the group is in use by another thread's
+ *   call", rather than waiting on it.)
  * - Lifetimes: a model must outlive its groups, a group its optimizers; a
  *   context must outlive everything created from it.
  */

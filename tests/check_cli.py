@@ -140,6 +140,9 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r1.returncode == 0 and r2.returncode == 0 and
            'note: resumed with other settings than the checkpoint\'s: --batch-size 64 -> 32, --epochs 1 -> 2 '
            '(the cosine schedule now spans the new --epochs' in r2.stderr, 'resumed with other settings: a note', r2.stderr)
+    r2 = run('train', 'mlp.json', *common, '--epochs', '2', '--resume', 'b.ckpt', '--seed', '5', '--save', 'c.ckpt')
+    expect(r2.returncode == 0 and "the checkpoint's: --seed 0 -> 5" in r2.stderr, 'a resume with another --seed: a note',
+           r2.stderr)
 
     # Evaluation of the checkpoint gives the training run's final test accuracy.
     r = run('eval', 'mlp.json', 'a.ckpt', '--data', 'synthetic:2048', '--devices', 'cpu:0')

@@ -466,6 +466,7 @@ dp_status dp_group_num_devices(const dp_group* g, int* count) {
 dp_status dp_group_set_option(dp_group* g, dp_group_option option, int64_t value) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g, "g is NULL");
+  dp::GroupInUse in_use(g, __func__);
   const int opt = dp::c_enum(option);
   switch (opt) {
     case DP_GROUP_SPLIT:
@@ -499,6 +500,7 @@ dp_status dp_group_set_training(dp_group* g, int training) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g, "g is NULL");
   DP_CHECK_ARG(training == 0 || training == 1, "training must be 0 or 1, got " + std::to_string(training));
+  dp::GroupInUse in_use(g, __func__);
   g->group->set_training(training == 1);
   DP_GUARD_END
 }
@@ -532,6 +534,7 @@ dp_status dp_group_zero_grad(dp_group* g) {
 dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capacity, int* count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && count, "g and count must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   const auto& split = g->group->last_split();
   int n = static_cast<int>(split.size());
   DP_CHECK_ARG(capacity >= n && (sizes || n == 0),
@@ -546,6 +549,7 @@ dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capacity, i
 dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(g && json_config && out, "g, json_config and out must not be NULL");
+  dp::GroupInUse in_use(g, __func__);
   auto o = std::make_unique<dp_optimizer>();
   o->group = g;
   dp::Model& model = g->group->model();
@@ -680,6 +684,7 @@ dp_status dp_optimizer_state_name(const dp_optimizer* opt, int index, const char
 dp_status dp_optimizer_copy_state(const dp_optimizer* opt, const char* name, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt && name && dst, "opt, name and dst must not be NULL");
+  dp::GroupInUse in_use(opt->group, __func__);
   const std::vector<float>& st = optimizer_state(opt, name, "dp_optimizer_copy_state");
   check_count(opt->group->model, count, st.size(), "dp_optimizer_copy_state");
   std::memcpy(dst, st.data(), st.size() * sizeof(float));
@@ -689,6 +694,7 @@ dp_status dp_optimizer_copy_state(const dp_optimizer* opt, const char* name, flo
 dp_status dp_optimizer_set_state(dp_optimizer* opt, const char* name, const float* src, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(opt && name && src, "opt, name and src must not be NULL");
+  dp::GroupInUse in_use(opt->group, __func__);
   std::vector<float>& st = optimizer_state(opt, name, "dp_optimizer_set_state");
   if (count != static_cast<int64_t>(st.size()))
     fail(DP_ERR_INVALID_ARGUMENT, "dp_optimizer_set_state: got " + std::to_string(count) + " floats, the model has " +

@@ -78,6 +78,7 @@ dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optim
   DP_GUARD_BEGIN
   DP_CHECK_ARG(path && g, "path and g must not be NULL");
   DP_CHECK_ARG(!opt || opt->group == g, "the optimizer was created for another group");
+  dp::GroupInUse in_use(g, __func__);
   dp::io::LoaderPosition pos;
   if (loader) loader_call(dp_loader_position(loader, &pos.epoch, &pos.batch));
   // With processes, rank 0 writes (every process holds the same state), and
@@ -93,11 +94,13 @@ dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, d
   DP_GUARD_BEGIN
   DP_CHECK_ARG(path && g, "path and g must not be NULL");
   DP_CHECK_ARG(!opt || opt->group == g, "the optimizer was created for another group");
+  dp::GroupInUse in_use(g, __func__);
   std::function<void(const dp::io::LoaderPosition&)> seek = [loader](const dp::io::LoaderPosition& p) {
     loader_call(dp_loader_seek(loader, p.epoch, p.batch));
   };
   all_agree(g, "read the checkpoint " + std::string(path), [&] {
-    dp::io::load_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &seek : nullptr);
+    dp::io::load_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &seek : nullptr,
+                            &g->model->ctx->registry);
   });
   DP_GUARD_END
 }

@@ -54,7 +54,7 @@ struct dp_group {
   // Set while a call runs the group (GroupInUse): one thread at a time
   // (dp.h); a second thread's call fails rather than waiting forever on the
   // group's workers, which serve one job at a time.
-  std::atomic<bool> busy{false};
+  mutable std::atomic<bool> busy{false};
 };
 
 namespace dp {
@@ -62,7 +62,7 @@ namespace dp {
 // another thread's call holds it.
 class GroupInUse {
  public:
-  GroupInUse(dp_group* g, const char* fn) : g_(g) {
+  GroupInUse(const dp_group* g, const char* fn) : g_(g) {
     if (g_->busy.exchange(true, std::memory_order_acquire))
       fail(DP_ERR_INVALID_ARGUMENT, std::string(fn) + ": the group is in use by another thread's call (a group, with its "
                                                        "optimizers, is used by one thread at a time)");
@@ -72,7 +72,7 @@ class GroupInUse {
   GroupInUse& operator=(const GroupInUse&) = delete;
 
  private:
-  dp_group* g_;
+  const dp_group* g_;
 };
 }  // namespace dp
 

@@ -182,8 +182,15 @@ static void note_changed_settings(const std::string& ckpt, const nlohmann::json&
   const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
   dp_free(text);
   if (!meta.is_object() || !meta.contains("training") || !meta["training"].is_string()) return;
-  const nlohmann::json was = nlohmann::json::parse(meta["training"].get<std::string>(), nullptr, false);
+  nlohmann::json was = nlohmann::json::parse(meta["training"].get<std::string>(), nullptr, false);
   if (!was.is_object()) return;
+  // The data and the seed (its shuffle) too; metadata values are strings
+  // (a number as its JSON text).
+  for (const char* key : {"data", "seed"}) {
+    if (!meta.contains(key) || !meta[key].is_string()) continue;
+    const nlohmann::json v = nlohmann::json::parse(meta[key].get<std::string>(), nullptr, false);
+    was[key] = v.is_discarded() ? meta[key] : v;
+  }
   const bool cosine = now.value("lr_schedule", std::string()) == "cosine";
   std::string changed;
   for (const auto& [key, value] : now.items()) {
@@ -345,7 +352,12 @@ static int train(const TrainOptions& o) {
   int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
 
   const nlohmann::json record = run_record(o, data, devices, world);
-  if (!o.resume.empty() && lead) note_changed_settings(o.resume, record["training"]);
+  if (!o.resume.empty() && lead) {
+    nlohmann::json now = record["training"];
+    now["data"] = record["data"];
+    now["seed"] = record["seed"];
+    note_changed_settings(o.resume, now);
+  }
   TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
   if (!o.resume.empty() && lead) restore_history(o.resume, global_step, &chart);
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {

@@ -172,12 +172,14 @@ class TcpStore::Server {
   }
 
   // Rank 0 leaving first would take the store from under the ranks still
-  // asking it why a peer failed ("dp/lost/r"): once a rank was lost, it
-  // keeps serving until every other rank has left, or for 2 s at most.
+  // asking it why a peer failed ("dp/lost/r") or why the rendezvous was
+  // given up ("dp/abort"): once either happened, it keeps serving until
+  // every other rank has left, or for 2 s at most.
   ~Server() {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      left_.wait_for(lock, std::chrono::seconds(2), [this] { return open_ == 0 || lost_ == 0; });
+      left_.wait_for(lock, std::chrono::seconds(2),
+                     [this] { return open_ == 0 || (lost_ == 0 && !data_.count("dp/abort")); });
     }
     stop_ = true;
     ::shutdown(listen_fd_, SHUT_RDWR);
@@ -222,28 +224,32 @@ class TcpStore::Server {
   // to reach 0 (the notification comes under the lock, so the server
   // outlives it).
   void serve(int fd) {
-    answer(fd);
+    std::string rank;  // the rank this connection announced
+    const bool bye = answer(fd, &rank);
     std::lock_guard<std::mutex> lock(mu_);
+    if (!rank.empty()) {
+      auto it = announced_.find(rank);
+      if (it != announced_.end() && it->second == fd) announced_.erase(it);
+      if (!bye && !stop_) data_["dp/lost/" + rank] = std::to_string(++lost_);  // numbered in the order noticed
+    }
     clients_.erase(std::find(clients_.begin(), clients_.end(), fd));
     ::close(fd);  // under the lock: the destructor never shuts down a number reused since
     --open_;
     left_.notify_all();
   }
 
-  void answer(int fd) {
-    std::string rank;  // the rank this connection announced
+  // Answers fd's requests until it leaves: true when it said so ('Q'),
+  // false when it vanished or broke the protocol. *rank: the rank it
+  // announced ("dp/rank/r"), if it did.
+  bool answer(int fd, std::string* rank) {
     for (;;) {
       char op = 0;
       std::string key, value;
-      if (!recv_all(fd, &op, 1) || op == 'Q' || !recv_str(fd, &key)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!rank.empty()) announced_.erase(rank);
-        if (op != 'Q' && !rank.empty() && !stop_)  // numbered in the order they are noticed
-          data_["dp/lost/" + rank] = std::to_string(++lost_);
-        return;
-      }
+      if (!recv_all(fd, &op, 1)) return false;
+      if (op == 'Q') return true;
+      if (!recv_str(fd, &key)) return false;
       if (op == 'S') {
-        if (!recv_str(fd, &value)) return;
+        if (!recv_str(fd, &value)) return false;
         {
           std::lock_guard<std::mutex> lock(mu_);
           // A rank announced by a second live connection: two processes
@@ -251,7 +257,7 @@ class TcpStore::Server {
           if (key.compare(0, 8, "dp/rank/") == 0) {
             const std::string r = key.substr(8);
             if (announced_.emplace(r, fd).first->second == fd)
-              rank = r;
+              *rank = r;
             else if (!data_.count("dp/abort"))
               data_["dp/abort"] = "two processes announced rank " + r +
                                   " (each process of a world needs its own rank: RANK, OMPI_COMM_WORLD_RANK or "
@@ -260,7 +266,7 @@ class TcpStore::Server {
           data_[key] = value;
         }
         const char ok = 1;
-        if (!send_all(fd, &ok, 1) || !send_str(fd, "")) return;
+        if (!send_all(fd, &ok, 1) || !send_str(fd, "")) return false;
       } else if (op == 'G') {
         char found = 0;
         {
@@ -268,9 +274,9 @@ class TcpStore::Server {
           auto it = data_.find(key);
           if (it != data_.end()) found = 1, value = it->second;
         }
-        if (!send_all(fd, &found, 1) || !send_str(fd, value)) return;
+        if (!send_all(fd, &found, 1) || !send_str(fd, value)) return false;
       } else {
-        return;  // not a dp store client
+        return false;  // not a dp store client
       }
     }
   }
@@ -402,20 +408,25 @@ std::string TcpStore::lost_rank(int world_size, double wait_s) {
 // rank.
 void rendezvous(TcpStore& store, const DistConfig& c) {
   const std::string world = std::to_string(c.world_size);
+  // (Rank 0's store also keeps serving, up to 2 s more, while the ranks
+  // still connected have not left: TcpStore::Server's destructor.)
   auto give_up = [&](const std::string& why, bool tell) {
-    if (tell) store.set("dp/abort", why);
-    store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
-    if (c.rank == 0) {
-      const auto t1 = Clock::now();
-      for (bool all = false; !all && seconds_since(t1) < 2;) {
-        all = true;
-        for (int r = 1; r < c.world_size && all; ++r) {
-          std::vector<bool> f;
-          store.try_get({"dp/rank/" + std::to_string(r), "dp/abort_seen/" + std::to_string(r)}, &f);
-          all = !f[0] || f[1];  // not joined, or has read the reason
+    try {
+      if (tell) store.set("dp/abort", why);
+      store.set("dp/abort_seen/" + std::to_string(c.rank), "1");
+      if (c.rank == 0) {
+        const auto t1 = Clock::now();
+        for (bool all = false; !all && seconds_since(t1) < 2;) {
+          all = true;
+          for (int r = 1; r < c.world_size && all; ++r) {
+            std::vector<bool> f;
+            store.try_get({"dp/rank/" + std::to_string(r), "dp/abort_seen/" + std::to_string(r)}, &f);
+            all = !f[0] || f[1];  // not joined, or has read the reason
+          }
+          if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+    } catch (const Error&) {  // rank 0's store went away meanwhile: the reason is still this one
     }
     fail(DP_ERR_COMM, why);
   };
@@ -450,14 +461,17 @@ void rendezvous(TcpStore& store, const DistConfig& c) {
     std::vector<std::string> joined;
     for (int r = 0; r < c.world_size; ++r) joined.push_back("dp/joined/" + std::to_string(r));
     joined.push_back("dp/abort");
+    const auto t1 = Clock::now();
     for (;;) {
       std::vector<std::string> v = store.try_get(joined, &found);
-      if (found.back()) give_up(v.back(), false);
       std::string missing;
       for (int r = 0; r < c.world_size; ++r)
         if (!found[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      // Every rank went on: an abort now comes from outside this world (a
+      // late duplicate), which fails alone.
       if (missing.empty()) break;
-      if (seconds_since(t0) > 2 * c.timeout_s)
+      if (found.back()) give_up(v.back(), false);
+      if (seconds_since(t1) > c.timeout_s)
         give_up("rank(s) " + missing + " of " + world + " joined but did not go on within " + seconds_text(c.timeout_s) +
                     " (store at " + store.address() + ")",
                 true);

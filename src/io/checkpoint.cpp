@@ -145,6 +145,9 @@ json parse_model_json(const std::string& text) { return json::parse(text, nullpt
 std::string first_difference(const json& saved, const json& ours, const std::string& at) {
   if (saved == ours) return "";
   if (saved.is_object() && ours.is_object()) {
+    for (const char* key : {"type", "name"})  // a layer's: what it is before how it is set
+      if (saved.contains(key) && ours.contains(key) && saved[key] != ours[key])
+        return at + "/" + key + " is " + json_brief(saved[key]) + " in the checkpoint, " + json_brief(ours[key]) + " here";
     for (auto it = saved.begin(); it != saved.end(); ++it) {
       if (!ours.contains(it.key())) return at + "/" + it.key() + " is " + json_brief(*it) + " in the checkpoint, absent here";
       std::string d = first_difference(*it, ours[it.key()], at + "/" + it.key());
@@ -285,7 +288,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
 }
 
 void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
-                     const std::function<void(const LoaderPosition&)>* seek) {
+                     const std::function<void(const LoaderPosition&)>* seek, const Registry* registry) {
   Model& m = group.model();
   StFile f = read_safetensors(path);
 
@@ -293,27 +296,49 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
   if (!format || *format != kFormat)
     fail(DP_ERR_IO, path + ": not a dp checkpoint (__metadata__ format is " + (format ? "'" + *format + "'" : std::string("missing")) +
                         ", expected '" + kFormat + "'); model weights load with dp_model_load_safetensors");
-  // The same model: what the JSON means (Model::canonical; free text, spacing
-  // and defaults written out or left out may differ), or for a checkpoint
-  // written before dp recorded that, the same JSON.
-  const std::string* saved_canonical = meta(f, "model_canonical");
-  const std::string* saved_model = saved_canonical ? saved_canonical : meta(f, "model");
+  // The same model: what the JSONs mean (Model::canonical: free text,
+  // spacing and defaults written out or left out may differ), as this dp
+  // reads them; else as the checkpoint recorded it; for a checkpoint older
+  // than that record whose JSON this dp cannot read, the JSON itself.
+  const std::string* saved_model = meta(f, "model");
   if (!saved_model) fail(DP_ERR_IO, path + ": __metadata__ has no 'model' (a damaged checkpoint)");
   json saved, ours;
   try {
     saved = parse_model_json(*saved_model);
   } catch (const json::exception& e) {
-    fail(DP_ERR_IO, path + ": __metadata__ '" + (saved_canonical ? "model_canonical" : "model") + "' is not JSON: " + e.what());
+    fail(DP_ERR_IO, path + ": __metadata__ 'model' is not JSON: " + e.what());
+  }
+  std::string saved_canonical;
+  bool canonical = false;
+  if (registry) {
+    try {
+      saved_canonical = Model::canonical_of(*registry, *saved_model);
+      canonical = true;
+    } catch (const Error&) {  // a type this context lacks, a key this dp refuses: the record below
+    }
+  }
+  if (!canonical) {
+    if (const std::string* recorded = meta(f, "model_canonical")) {
+      saved_canonical = *recorded;
+      canonical = true;
+    }
+  }
+  if (canonical) {
+    try {
+      saved = parse_model_json(saved_canonical);
+    } catch (const json::exception& e) {
+      fail(DP_ERR_IO, path + ": __metadata__ 'model_canonical' is not JSON: " + e.what());
+    }
   }
   try {
-    ours = parse_model_json(saved_canonical ? m.canonical : m.description);
+    ours = parse_model_json(canonical ? m.canonical : m.description);
   } catch (const json::exception& e) {
     fail(DP_ERR_INTERNAL, std::string("the group's model JSON does not parse: ") + e.what());
   }
   if (saved != ours)
     fail(DP_ERR_MODEL, path + ": checkpoint was written for another model (" +
-                           (saved_canonical ? first_difference(saved, ours, "")
-                                            : "its __metadata__ 'model' differs from this group's model JSON") +
+                           (canonical ? first_difference(saved, ours, "")
+                                      : "its __metadata__ 'model' differs from this group's model JSON") +
                            ")");
   const int64_t group_step = meta_int(f, "group_step");
 

@@ -54,9 +54,13 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
 // Restores a checkpoint into group (its model), opt (may be null) and, when
 // seek is given, a loader: seek is called with the saved position after all
 // validation and before anything else changes; if it throws, nothing has
-// changed.
+// changed. The checkpoint must be for the same model: its model JSON read
+// with `registry` (the types the group's model was built with) must mean
+// what the group's does (Model::canonical); without a registry, or when
+// this dp cannot read that JSON, the canonical text the checkpoint recorded
+// is compared, and for a checkpoint older than that record, the JSON itself.
 void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
-                     const std::function<void(const LoaderPosition&)>* seek);
+                     const std::function<void(const LoaderPosition&)>* seek, const Registry* registry = nullptr);
 
 // The __metadata__ of any safetensors file, as a JSON object's text.
 std::string read_metadata(const std::string& path);

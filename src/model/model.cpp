@@ -52,6 +52,16 @@ static std::vector<int> resolve_inputs(const json& spec, const std::string& path
 
 std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::string& text,
                                         const PluginHook& load_plugin, uint64_t memory_limit) {
+  return read(registry, text, load_plugin, memory_limit, false);
+}
+
+std::string Model::canonical_of(const Registry& registry, const std::string& text) {
+  return read(registry, text, [](const std::string&, const std::string&) {}, 0, true)->canonical;
+}
+
+// describe_only: the layers, loss and canonical text; no parameters.
+std::unique_ptr<Model> Model::read(const Registry& registry, const std::string& text, const PluginHook& load_plugin,
+                                   uint64_t memory_limit, bool describe_only) {
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
@@ -166,8 +176,11 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     node.out_shape.checked_numel(describe(node) + ": output");
     json meant = spec;  // as given (a plugin may read keys of its own), then as read
     for (const auto& kv : args.resolved().items()) meant[kv.key()] = kv.value();
-    // Sizes the input implies, only checked where given: they mean nothing more.
-    for (const char* checked : {"in_features", "in_channels", "num_features"}) meant.erase(checked);
+    // Sizes of built-in layers that the input implies, only checked where
+    // given: they mean nothing more (a plugin's keys all count).
+    if (type == "linear") meant.erase("in_features");
+    if (type == "conv2d") meant.erase("in_channels");
+    if (type == "batch_norm" || type == "batch_norm1d" || type == "batch_norm2d") meant.erase("num_features");
     meant["name"] = name;
     json from = json::array();
     for (int j : node.inputs) from.push_back(j < 0 ? std::string("input") : model->nodes[j].layer->name);
@@ -177,57 +190,7 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
     model->nodes.push_back(std::move(node));
   }
 
-  // Sizes first, overflow-checked, and the memory they take (parameters,
-  // gradients, buffers) against the limit, before anything is allocated.
-  int64_t n_params = 0, n_buffers = 0, largest = 0;
-  const Node* largest_node = nullptr;
-  for (const auto& node : model->nodes) {
-    int64_t mine = 0;
-    for (const TensorSpec& s : node.layer->params())
-      mine = checked_add(mine, s.shape.checked_numel(describe(node) + " parameter '" + s.suffix + "'"), describe(node));
-    for (const TensorSpec& s : node.layer->buffers())
-      n_buffers = checked_add(n_buffers, s.shape.checked_numel(describe(node) + " buffer '" + s.suffix + "'"), describe(node));
-    n_params = checked_add(n_params, mine, "the model's parameters");
-    if (mine > largest || !largest_node) {
-      largest = mine;
-      largest_node = &node;
-    }
-  }
-  const int64_t floats = checked_add(checked_mul(n_params, 2, "the model's parameters and gradients"), n_buffers,
-                                     "the model's parameters, gradients and buffers");
-  check_fits(0, static_cast<uint64_t>(checked_mul(floats, 4, "the model's bytes")), memory_limit,
-             "the model (" + std::to_string(n_params) + " parameters, their gradients and " + std::to_string(n_buffers) +
-                 " buffer floats; the largest layer is " + describe(*largest_node) + " with " + std::to_string(largest) +
-                 " parameters, " + format_bytes(8.0 * double(largest)) + " with gradients)");
-  model->memory_limit = memory_limit;
-  model->params_.reserve(static_cast<size_t>(n_params));
-  model->buffers_.reserve(static_cast<size_t>(n_buffers));
-
-  // Flat parameter and buffer arrays, initialised from the seed: parameter k
-  // draws from its own stream, so adding a layer never shifts the others.
-  for (auto& node : model->nodes) {
-    node.param_offset = static_cast<int64_t>(model->params_.size());
-    for (const TensorSpec& s : node.layer->params()) {
-      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->params_.size())};
-      model->params_.resize(model->params_.size() + s.shape.numel());
-      uint64_t key = hash_keys(model->seed, 0x9a5a, model->param_info.size());
-      init_tensor(model->params_.data() + nt.offset, s.shape.numel(), s.init, key);
-      model->param_info.push_back(nt);
-    }
-    node.param_count = static_cast<int64_t>(model->params_.size()) - node.param_offset;
-    node.buffer_offset = static_cast<int64_t>(model->buffers_.size());
-    for (const TensorSpec& s : node.layer->buffers()) {
-      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(model->buffers_.size())};
-      model->buffers_.resize(model->buffers_.size() + s.shape.numel());
-      init_tensor(model->buffers_.data() + nt.offset, s.shape.numel(), s.init, 0);
-      model->buffer_info.push_back(nt);
-    }
-    node.buffer_count = static_cast<int64_t>(model->buffers_.size()) - node.buffer_offset;
-    node.stats_offset = model->stats_total;
-    node.stats_count = node.layer->stats_size();
-    model->stats_total += node.stats_count;
-  }
-  model->grads_.assign(model->params_.size(), 0.0f);
+  if (!describe_only) model->allocate(memory_limit);
 
   if (doc.contains("loss")) {
     Args args(doc["loss"], "/loss");
@@ -254,6 +217,61 @@ std::unique_ptr<Model> Model::from_json(const Registry& registry, const std::str
   top.finish("a model");
   model->canonical = canonical.dump();
   return model;
+}
+
+// Sizes first, overflow-checked, and the memory they take (parameters,
+// gradients, buffers) against the limit, before anything is allocated; then
+// the flat arrays, initialised from the seed.
+void Model::allocate(uint64_t limit) {
+  int64_t n_params = 0, n_buffers = 0, largest = 0;
+  const Node* largest_node = nullptr;
+  for (const auto& node : nodes) {
+    int64_t mine = 0;
+    for (const TensorSpec& s : node.layer->params())
+      mine = checked_add(mine, s.shape.checked_numel(describe(node) + " parameter '" + s.suffix + "'"), describe(node));
+    for (const TensorSpec& s : node.layer->buffers())
+      n_buffers = checked_add(n_buffers, s.shape.checked_numel(describe(node) + " buffer '" + s.suffix + "'"), describe(node));
+    n_params = checked_add(n_params, mine, "the model's parameters");
+    if (mine > largest || !largest_node) {
+      largest = mine;
+      largest_node = &node;
+    }
+  }
+  const int64_t floats = checked_add(checked_mul(n_params, 2, "the model's parameters and gradients"), n_buffers,
+                                     "the model's parameters, gradients and buffers");
+  check_fits(0, static_cast<uint64_t>(checked_mul(floats, 4, "the model's bytes")), limit,
+             "the model (" + std::to_string(n_params) + " parameters, their gradients and " + std::to_string(n_buffers) +
+                 " buffer floats; the largest layer is " + describe(*largest_node) + " with " + std::to_string(largest) +
+                 " parameters, " + format_bytes(8.0 * double(largest)) + " with gradients)");
+  memory_limit = limit;
+  params_.reserve(static_cast<size_t>(n_params));
+  buffers_.reserve(static_cast<size_t>(n_buffers));
+
+  // Flat parameter and buffer arrays, initialised from the seed: parameter k
+  // draws from its own stream, so adding a layer never shifts the others.
+  for (auto& node : nodes) {
+    node.param_offset = static_cast<int64_t>(params_.size());
+    for (const TensorSpec& s : node.layer->params()) {
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(params_.size())};
+      params_.resize(params_.size() + s.shape.numel());
+      uint64_t key = hash_keys(seed, 0x9a5a, param_info.size());
+      init_tensor(params_.data() + nt.offset, s.shape.numel(), s.init, key);
+      param_info.push_back(nt);
+    }
+    node.param_count = static_cast<int64_t>(params_.size()) - node.param_offset;
+    node.buffer_offset = static_cast<int64_t>(buffers_.size());
+    for (const TensorSpec& s : node.layer->buffers()) {
+      NamedTensor nt{node.layer->name + "." + s.suffix, s.shape, static_cast<int64_t>(buffers_.size())};
+      buffers_.resize(buffers_.size() + s.shape.numel());
+      init_tensor(buffers_.data() + nt.offset, s.shape.numel(), s.init, 0);
+      buffer_info.push_back(nt);
+    }
+    node.buffer_count = static_cast<int64_t>(buffers_.size()) - node.buffer_offset;
+    node.stats_offset = stats_total;
+    node.stats_count = node.layer->stats_size();
+    stats_total += node.stats_count;
+  }
+  grads_.assign(params_.size(), 0.0f);
 }
 
 std::vector<float>& DeviceCopy::host_params(Model& m) { return m.params_; }

@@ -59,6 +59,10 @@ class Model {
   // allocated (DP_ERR_OUT_OF_MEMORY, naming the largest layer).
   static std::unique_ptr<Model> from_json(const Registry& registry, const std::string& text,
                                           const PluginHook& load_plugin = nullptr, uint64_t memory_limit = 0);
+  // The canonical text (below) of a model JSON, read as from_json reads it
+  // but allocating and initialising nothing; the layer types it uses must be
+  // in `registry` already (its "plugins" are not loaded). Throws as from_json.
+  static std::string canonical_of(const Registry& registry, const std::string& text);
 
   uint64_t seed = 0;
   Shape input_shape;  // per sample
@@ -76,6 +80,13 @@ class Model {
   std::string canonical;
 
   std::vector<NamedTensor> param_info, buffer_info;
+
+ private:
+  static std::unique_ptr<Model> read(const Registry& registry, const std::string& text, const PluginHook& load_plugin,
+                                     uint64_t memory_limit, bool describe_only);
+  void allocate(uint64_t memory_limit);
+
+ public:
   // What groups, optimizers and batches built on this model may take, with
   // the model's own arrays (0: the machine's available memory); and the
   // bytes of those arrays.

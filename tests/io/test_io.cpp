@@ -598,12 +598,25 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     Trainer drop(p5.c_str(), kAdam);
     rejects(drop, [&] { return dp_checkpoint_load(path.c_str(), drop.g, drop.opt, nullptr); }, DP_ERR_MODEL,
             {"(/layers/3/p is 0.3 in the checkpoint, 0.5 here)"});
-    // A checkpoint written before dp recorded what the model means: the JSON itself is compared.
+    // Layers of another type: the type is named, not the first key that differs.
+    std::string gelu = kNet;
+    gelu.replace(gelu.find("relu"), 4, "gelu");
+    Trainer g2(gelu.c_str(), kAdam);
+    rejects(g2, [&] { return dp_checkpoint_load(path.c_str(), g2.g, g2.opt, nullptr); }, DP_ERR_MODEL,
+            {"(/layers/2/type is \"relu\" in the checkpoint, \"gelu\" here)"});
+    // A checkpoint written before dp recorded what the model means: its JSON is read as this dp reads it.
     with_meta([](ojson& m) { m.erase("model_canonical"); });
     rejects(other, [&] { return dp_checkpoint_load(bad.c_str(), other.g, other.opt, nullptr); }, DP_ERR_MODEL,
-            {"its __metadata__ 'model' differs from this group's model JSON"});
+            {"(/seed is 3 in the checkpoint, 4 here)"});
     Trainer same(kNet, kAdam);
     DP_REQUIRE_OK(dp_checkpoint_load(bad.c_str(), same.g, same.opt, nullptr));
+    // ... and where this dp cannot read it (a type this context lacks), the JSON itself is compared.
+    with_meta([](ojson& m) {
+      m.erase("model_canonical");
+      m["model"] = R"({"input": {"shape": [6]}, "layers": [{"type": "nosuch"}]})";
+    });
+    rejects(same, [&] { return dp_checkpoint_load(bad.c_str(), same.g, same.opt, nullptr); }, DP_ERR_MODEL,
+            {"its __metadata__ 'model' differs from this group's model JSON"});
   }
   SUBCASE("the same model written otherwise loads: free text, spacing, defaults written out, [3, 3] for 3") {
     // kNet as another user would write it, then both continue alike.
@@ -636,13 +649,14 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     rejects(tr, load, DP_ERR_IO, {bad, "'group_step'", "non-negative integer"});
     with_meta([](ojson& m) { m.erase("optimizer_steps"); });
     rejects(tr, load, DP_ERR_IO, {bad, "'optimizer_steps'"});
-    with_meta([](ojson& m) { m["model_canonical"] = "{\"seed\": "; });
-    rejects(tr, load, DP_ERR_IO, {bad, "'model_canonical' is not JSON"});
-    with_meta([](ojson& m) {  // written before dp recorded model_canonical
-      m.erase("model_canonical");
-      m["model"] = "{\"seed\": ";
-    });
+    with_meta([](ojson& m) { m["model"] = "{\"seed\": "; });
     rejects(tr, load, DP_ERR_IO, {bad, "'model' is not JSON"});
+    // The record is read only where this dp cannot read the model JSON (here: a type it lacks).
+    with_meta([](ojson& m) {
+      m["model"] = R"({"input": {"shape": [6]}, "layers": [{"type": "nosuch"}]})";
+      m["model_canonical"] = "{\"seed\": ";
+    });
+    rejects(tr, load, DP_ERR_IO, {bad, "'model_canonical' is not JSON"});
   }
   SUBCASE("a missing optimizer tensor, the last one read") {
     ojson h = parts.header;

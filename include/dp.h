@@ -375,7 +375,9 @@ DP_API dp_status dp_group_comm_seconds(const dp_group* g, double* busy, double* 
  * (the values shown are the defaults; "type" is required) */
 DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out);
 DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
-/* The learning rate, read and set (a schedule sets it before each step). */
+/* The learning rate, read and set (a schedule sets it before each step: read
+ * after step k it is step k's, where PyTorch's scheduler.get_last_lr() after
+ * k scheduler.step() calls shows step k + 1's). */
 DP_API dp_status dp_optimizer_lr(const dp_optimizer* opt, double* lr);
 /* With a schedule, sets its base learning rate (PyTorch's initial_lr). */
 DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);

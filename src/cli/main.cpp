@@ -213,7 +213,12 @@ static void note_changed_settings(const std::string& ckpt, const nlohmann::json&
 static nlohmann::json history_json(const TrainingRecord& r) {
   nlohmann::json steps = nlohmann::json::array(), evals = nlohmann::json::array(), epochs = nlohmann::json::array();
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-  for (const auto& [step, loss] : r.step_losses) steps.push_back({step, num(loss)});
+  // At most ~100k steps' losses (every k-th beyond that, the last always):
+  // a few MB of header at most, far below safetensors' 100 MB limit.
+  const size_t n = r.step_losses.size(), stride = (n + 99999) / 100000;
+  for (size_t i = 0; i < n; ++i)
+    if (i % std::max<size_t>(stride, 1) == 0 || i + 1 == n)
+      steps.push_back({r.step_losses[i].first, num(r.step_losses[i].second)});
   for (const EvalPoint& e : r.evals) evals.push_back({e.step, num(e.test_loss), num(e.test_accuracy)});
   for (const EpochPoint& e : r.epochs)
     epochs.push_back({e.epoch, e.step, num(e.train_loss), num(e.test_loss), num(e.test_accuracy)});

@@ -171,26 +171,35 @@ static nlohmann::json run_record(const TrainOptions& o, const Data& data, const 
             {"processes", world}}}};
 }
 
+// A checkpoint's (any safetensors file's) __metadata__ as a JSON object;
+// check() reports a file that cannot be read, under `what`.
+static nlohmann::json checkpoint_metadata(const std::string& path, const std::string& what) {
+  char* text = nullptr;
+  check(dp_checkpoint_metadata(path.c_str(), &text), what);
+  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
+  dp_free(text);
+  return meta.is_object() ? meta : nlohmann::json::object();
+}
+
+// An entry of __metadata__ (whose values are strings): the JSON it holds
+// (dp's records, a number), the string itself where it is not JSON text, or
+// null where it is absent.
+static nlohmann::json meta_value(const nlohmann::json& meta, const char* key) {
+  if (!meta.contains(key) || !meta[key].is_string()) return nullptr;
+  const nlohmann::json v = nlohmann::json::parse(meta[key].get<std::string>(), nullptr, false);
+  return v.is_discarded() ? meta[key] : v;
+}
+
 // A run resumed with settings other than its checkpoint's goes on with the
 // new ones, as a PyTorch script given new arguments would; it says which
 // changed, since some change the run's course (the cosine schedule spans
 // --epochs, the batch size moves the steps). More epochs under a schedule
 // that does not depend on them is the usual way to train longer: no note.
-static void note_changed_settings(const std::string& ckpt, const nlohmann::json& now) {
-  char* text = nullptr;
-  if (dp_checkpoint_metadata(ckpt.c_str(), &text) != DP_OK) return;
-  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
-  dp_free(text);
-  if (!meta.is_object() || !meta.contains("training") || !meta["training"].is_string()) return;
-  nlohmann::json was = nlohmann::json::parse(meta["training"].get<std::string>(), nullptr, false);
+static void note_changed_settings(const nlohmann::json& meta, const nlohmann::json& now) {
+  nlohmann::json was = meta_value(meta, "training");
   if (!was.is_object()) return;
-  // The data and the seed (its shuffle) too; metadata values are strings
-  // (a number as its JSON text).
-  for (const char* key : {"data", "seed"}) {
-    if (!meta.contains(key) || !meta[key].is_string()) continue;
-    const nlohmann::json v = nlohmann::json::parse(meta[key].get<std::string>(), nullptr, false);
-    was[key] = v.is_discarded() ? meta[key] : v;
-  }
+  for (const char* key : {"data", "seed"})  // the data and the seed (its shuffle) too
+    if (meta.contains(key)) was[key] = meta_value(meta, key);
   const bool cosine = now.value("lr_schedule", std::string()) == "cosine";
   std::string changed;
   for (const auto& [key, value] : now.items()) {
@@ -228,13 +237,8 @@ static nlohmann::json history_json(const TrainingRecord& r) {
 // A resumed run's chart starts with the checkpoint's history up to its step
 // (a --save-best checkpoint may lie behind the run that wrote it); a
 // checkpoint without one (or not readable as one) starts it empty.
-static void restore_history(const std::string& ckpt, int64_t upto, TrainingRecord* r) {
-  char* text = nullptr;
-  if (dp_checkpoint_metadata(ckpt.c_str(), &text) != DP_OK) return;
-  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
-  dp_free(text);
-  if (!meta.is_object() || !meta.contains("history") || !meta["history"].is_string()) return;
-  const nlohmann::json h = nlohmann::json::parse(meta["history"].get<std::string>(), nullptr, false);
+static void restore_history(const nlohmann::json& meta, int64_t upto, TrainingRecord* r) {
+  const nlohmann::json h = meta_value(meta, "history");
   auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
   try {
     TrainingRecord got;
@@ -357,14 +361,15 @@ static int train(const TrainOptions& o) {
   int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
 
   const nlohmann::json record = run_record(o, data, devices, world);
+  TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
   if (!o.resume.empty() && lead) {
+    const nlohmann::json resumed = checkpoint_metadata(o.resume, "--resume");
     nlohmann::json now = record["training"];
     now["data"] = record["data"];
     now["seed"] = record["seed"];
-    note_changed_settings(o.resume, now);
+    note_changed_settings(resumed, now);
+    restore_history(resumed, global_step, &chart);
   }
-  TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
-  if (!o.resume.empty() && lead) restore_history(o.resume, global_step, &chart);
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
@@ -406,11 +411,16 @@ static int train(const TrainOptions& o) {
 
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
   chart.steps_per_epoch = steps_per_epoch;
+  if (lead) {  // every step's loss is kept: room for this run's, so the loop does not grow it
+    int64_t left = std::max<int64_t>(0, o.epochs * steps_per_epoch - global_step);
+    if (o.max_steps > 0) left = std::min(left, o.max_steps);
+    chart.step_losses.reserve(chart.step_losses.size() + static_cast<size_t>(left));
+  }
   chart.caption = caption(o, data, global_devices, world);
   if (!o.resume.empty()) chart.caption += " \u00b7 resumed at step " + std::to_string(global_step);
   double train_seconds = 0, start = now_seconds(), last_loss = 0;
+  const int64_t first_epoch = epoch;  // this run's: last_loss and last_eval are set once one ends
   int64_t samples = 0, epochs_done = epoch;
-  bool epoch_ended = false;  // in this run: last_loss and last_eval are its figures
   EvalResult last_eval;
   bool interrupted = false, step_limit = false;
   int64_t steps_run = 0;
@@ -486,7 +496,6 @@ static int train(const TrainOptions& o) {
     last_eval = evaluate(c, group.get(), test_loader.get());
     chart.epochs.push_back({epoch + 1, global_step, last_loss, last_eval.loss, last_eval.accuracy});
     epochs_done = epoch + 1;
-    epoch_ended = true;
     if (lead)
       progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
                   json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
@@ -519,7 +528,7 @@ static int train(const TrainOptions& o) {
     best_json += ", \"grad_scale\": " + nlohmann::json(scale).dump() + ", \"skipped_steps\": " + std::to_string(skipped);
   }
   // The last epoch's figures; null where no epoch ended in this run (--max-steps, Ctrl-C).
-  auto epoch_num = [&](double v) { return epoch_ended ? json_num(v) : std::string("null"); };
+  auto epoch_num = [&](double v) { return epochs_done > first_epoch ? json_num(v) : std::string("null"); };
   std::printf("{\"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, \"epochs\": %lld, \"steps\": %lld, "
               "\"samples_per_second\": %s, \"seconds\": %s, \"devices\": %d, \"processes\": %d, \"interrupted\": %s%s}\n",
               epoch_num(last_eval.accuracy).c_str(), epoch_num(last_eval.loss).c_str(), epoch_num(last_loss).c_str(),
@@ -538,12 +547,8 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
   Model model = load_model(c, model_path);
   Group group = make_group(model.get(), devices, 1);
   // A training checkpoint or plain weights (a PyTorch state_dict, say).
-  char* meta_text = nullptr;
-  check(dp_checkpoint_metadata(ckpt.c_str(), &meta_text), "checkpoint");
-  const std::string meta_str = meta_text;
-  dp_free(meta_text);
-  nlohmann::json meta = nlohmann::json::parse(meta_str, nullptr, false);
-  const bool is_checkpoint = meta_str.find("dp-checkpoint-1") != std::string::npos;
+  const nlohmann::json meta = checkpoint_metadata(ckpt, "checkpoint");
+  const bool is_checkpoint = meta.value("format", std::string()) == "dp-checkpoint-1";
   if (is_checkpoint)
     check(dp_checkpoint_load(ckpt.c_str(), group.get(), nullptr, nullptr), "checkpoint");
   else
@@ -552,9 +557,7 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
   // Test inputs prepared as the training run recorded (its normalisation),
   // unless --transform says otherwise; plain weights: --data's own.
   // (__metadata__'s values are strings: "inputs" holds the record's JSON.)
-  nlohmann::json recorded;
-  if (meta.is_object() && meta.contains("inputs") && meta["inputs"].is_string())
-    recorded = nlohmann::json::parse(meta["inputs"].get<std::string>(), nullptr, false);
+  const nlohmann::json recorded = meta_value(meta, "inputs");
   std::string use = transform;
   if (use.empty() && recorded.is_object() && recorded.contains("test_transform")) {
     use = recorded["test_transform"].dump();

@@ -36,7 +36,7 @@ static std::vector<std::string> parse_devices(const std::string& text, std::vect
   return out;
 }
 
-// What must be the same on every process: the model's JSON and layout.
+// What must be the same on every process: what the model JSON means, and its layout.
 static std::string fingerprint(const Model& m) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
   for (unsigned char c : m.canonical) h = (h ^ c) * 1099511628211ull;  // what it means, not how it is written

@@ -10,6 +10,7 @@
 // stats[C, 2C) = unbiased batch variance. With a single value per channel
 // (count * spatial == 1) the unbiased variance is undefined: that replica's
 // stats are skipped for running_var (still used for running_mean).
+#include <algorithm>
 #include <cmath>
 
 #include "layers/batch_norm.h"
@@ -74,6 +75,13 @@ void plane_grad(const float* __restrict g, const float* __restrict x, float* __r
   for (int64_t j = 0; j < n; ++j) gx[j] = a * (g[j] - mg - (x[j] - m) * is * mgx);
 }
 
+// One value per channel (input [N, C], as after a linear layer): the planes
+// above would be single elements strided C apart, a call and a cache line
+// each. Rows are walked instead, a block of channels at a time, with each
+// channel's arithmetic exactly that of the planes above (the same adds in
+// the same order), so results are bitwise the same either way.
+constexpr int64_t kBlock = 64;  // channels per block: their sums on the stack
+
 class BatchNorm final : public Layer, public BatchNormAttrs {
  public:
   Shape infer(const std::vector<Shape>& in) override {
@@ -119,6 +127,13 @@ class BatchNorm final : public Layer, public BatchNormAttrs {
     const float* gamma = affine_ ? io.params : nullptr;
     const float* beta = affine_ ? io.params + C_ : nullptr;
     float* stats = (ctx.training && track_) ? io.stats : nullptr;
+    if (S_ == 1) {
+      parallel_for(ctx.pool, C_, kBlock, [&](int64_t cb, int64_t ce) {
+        for (int64_t c0 = cb; c0 < ce; c0 += kBlock)
+          forward_rows(xs, ys, n, c0, std::min(ce, c0 + kBlock), batch_stats, gamma, beta, io.buffers, stats, mean);
+      });
+      return;
+    }
     parallel_for(ctx.pool, C_, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) {
         double mu, var;
@@ -163,6 +178,13 @@ class BatchNorm final : public Layer, public BatchNormAttrs {
     const float* gamma = affine_ ? io.params : nullptr;
     float* dgamma = affine_ ? io.grads : nullptr;
     float* dbeta = affine_ ? io.grads + C_ : nullptr;
+    if (S_ == 1) {
+      parallel_for(ctx.pool, C_, kBlock, [&](int64_t cb, int64_t ce) {
+        for (int64_t c0 = cb; c0 < ce; c0 += kBlock)
+          backward_rows(gs, xs, gx, n, c0, std::min(ce, c0 + kBlock), batch_stats, gamma, dgamma, dbeta, mean);
+      });
+      return;
+    }
     parallel_for(ctx.pool, C_, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) {
         const float m = mean[c], is = invstd[c];
@@ -186,6 +208,92 @@ class BatchNorm final : public Layer, public BatchNormAttrs {
         }
       }
     });
+  }
+
+  // forward() for S_ == 1, channels [c0, c1) (at most kBlock).
+  void forward_rows(const float* __restrict xs, float* __restrict ys, int64_t n, int64_t c0, int64_t c1,
+                    bool batch_stats, const float* gamma, const float* beta, const float* buffers, float* stats,
+                    float* mean) const {
+    const int64_t w = c1 - c0, M = n;
+    float* invstd = mean + C_;
+    double s[kBlock] = {}, q[kBlock] = {};
+    float m[kBlock], a[kBlock], b[kBlock];
+    if (batch_stats) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* x = xs + i * C_ + c0;
+        for (int64_t k = 0; k < w; ++k) s[k] += x[k];
+      }
+      for (int64_t k = 0; k < w; ++k) m[k] = static_cast<float>(M > 0 ? s[k] / static_cast<double>(M) : 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* x = xs + i * C_ + c0;
+        for (int64_t k = 0; k < w; ++k) {
+          const float d = x[k] - m[k];
+          q[k] += double(d) * double(d);
+        }
+      }
+    }
+    for (int64_t k = 0; k < w; ++k) {
+      const int64_t c = c0 + k;
+      double var;
+      if (batch_stats) {
+        var = M > 0 ? q[k] / static_cast<double>(M) : 0.0;
+        if (stats) {
+          stats[c] = m[k];
+          stats[C_ + c] = static_cast<float>(M > 1 ? q[k] / static_cast<double>(M - 1) : var);
+        }
+      } else {
+        m[k] = buffers[c];
+        var = buffers[C_ + c];
+      }
+      const float is = static_cast<float>(1.0 / std::sqrt(var + eps_));
+      mean[c] = m[k], invstd[c] = is;
+      a[k] = gamma ? gamma[c] * is : is;
+      b[k] = (beta ? beta[c] : 0.f) - a[k] * m[k];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float* x = xs + i * C_ + c0;
+      float* y = ys + i * C_ + c0;
+      for (int64_t k = 0; k < w; ++k) y[k] = a[k] * x[k] + b[k];
+    }
+  }
+
+  // backward() for S_ == 1, channels [c0, c1) (at most kBlock).
+  void backward_rows(const float* __restrict gs, const float* __restrict xs, float* __restrict gx, int64_t n,
+                     int64_t c0, int64_t c1, bool batch_stats, const float* gamma, float* dgamma, float* dbeta,
+                     const float* mean) const {
+    const int64_t w = c1 - c0, M = n;
+    const float* invstd = mean + C_;
+    double sg[kBlock] = {}, sgx[kBlock] = {};
+    const float* m = mean + c0;
+    const float* is = invstd + c0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* g = gs + i * C_ + c0;
+      const float* x = xs + i * C_ + c0;
+      for (int64_t k = 0; k < w; ++k) {
+        sg[k] += g[k];
+        sgx[k] += double(g[k]) * ((x[k] - m[k]) * is[k]);
+      }
+    }
+    if (dgamma)
+      for (int64_t k = 0; k < w; ++k) {
+        dgamma[c0 + k] += static_cast<float>(sgx[k]);
+        dbeta[c0 + k] += static_cast<float>(sg[k]);
+      }
+    if (!gx) return;
+    float a[kBlock], mg[kBlock] = {}, mgx[kBlock] = {};
+    for (int64_t k = 0; k < w; ++k) {
+      a[k] = (gamma ? gamma[c0 + k] : 1.f) * is[k];
+      if (batch_stats && M > 0) {
+        mg[k] = static_cast<float>(sg[k] / static_cast<double>(M));
+        mgx[k] = static_cast<float>(sgx[k] / static_cast<double>(M));
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float* g = gs + i * C_ + c0;
+      const float* x = xs + i * C_ + c0;
+      float* o = gx + i * C_ + c0;
+      for (int64_t k = 0; k < w; ++k) o[k] = a[k] * (g[k] - mg[k] - (x[k] - m[k]) * is[k] * mgx[k]);
+    }
   }
 
   void merge_stats(float* buffers, const float* const* stats, const int64_t* count, int replicas) const override {

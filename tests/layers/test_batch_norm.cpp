@@ -138,3 +138,53 @@ TEST_CASE("batch_norm: a pool (channels split) gives the same results") {
   check_close(b.gin[0], std::vector<float>(a.gin[0].f32(), a.gin[0].f32() + a.gin[0].numel()), 0.f);
   CHECK(a.grads == b.grads);
 }
+
+// Inputs with one value per channel ([N, C], after a linear layer) take rows
+// a block of 64 channels at a time: 150 channels are three blocks, split
+// over a pool too. The arithmetic is the per-plane path's, so the forward is
+// checked bitwise against it written out plainly, and the gradients by
+// finite differences.
+TEST_CASE("batch_norm: one value per channel, channels in blocks, bitwise the per-channel arithmetic") {
+  const int64_t C = 150, n = 9;
+  auto l = make_layer({{"type", "batch_norm"}});
+  Workers pool(2);
+  Harness a(*l, {Shape{C}}), b(*l, {Shape{C}});
+  a.randomize_params(5, 0.5f, 1.5f);
+  b.params = a.params;
+  b.ctx.pool = &pool;
+  Tensor x = random_tensor(Shape{n, C}, 6, -2.f, 3.f);
+  a.forward({&x});
+  b.forward({&x});
+  for (int64_t c = 0; c < C; ++c) {
+    const float* xs = x.f32();
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < n; ++i) s += xs[i * C + c];
+    const float m = static_cast<float>(s / n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = xs[i * C + c] - m;
+      q += double(d) * double(d);
+    }
+    const float is = static_cast<float>(1.0 / std::sqrt(q / n + 1e-5));
+    const float ga = a.params[static_cast<size_t>(c)] * is, be = a.params[static_cast<size_t>(C + c)] - ga * m;
+    CAPTURE(c);
+    CHECK(a.stats[static_cast<size_t>(c)] == m);
+    CHECK(a.stats[static_cast<size_t>(C + c)] == static_cast<float>(q / (n - 1)));
+    for (int64_t i = 0; i < n; ++i) CHECK(a.out.f32()[i * C + c] == ga * xs[i * C + c] + be);
+  }
+  check_close(b.out, std::vector<float>(a.out.f32(), a.out.f32() + a.out.numel()), 0.f);
+  CHECK(a.stats == b.stats);
+  Tensor g = random_tensor(Shape{n, C}, 7);
+  a.backward({&x}, g);
+  b.backward({&x}, g);
+  check_close(b.gin[0], std::vector<float>(a.gin[0].f32(), a.gin[0].f32() + a.gin[0].numel()), 0.f);
+  CHECK(a.grads == b.grads);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    Harness h(*l, {Shape{C}});
+    h.randomize_params(3, 0.5f, 1.5f);
+    h.ctx.pool = &pool;
+    h.ctx.training = training;
+    Tensor x4 = random_tensor(Shape{4, C}, 8, -2.f, 2.f);
+    check_layer(h, {&x4}, GradOptions{1e-2, 2e-2});
+  }
+}

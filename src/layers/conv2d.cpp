@@ -205,12 +205,7 @@ class Conv2d final : public Layer, public Conv2dAttrs {
                dW + g * cog * k, k);
         if (bias_) {
           float* db = dW + wsize();
-          for (int64_t co = 0; co < cout_; ++co) {
-            const float* r = gi + co * HoWo;
-            float s = 0.f;
-            for (int64_t j = 0; j < HoWo; ++j) s += r[j];
-            db[co] += s;
-          }
+          for (int64_t co = 0; co < cout_; ++co) db[co] += lane_sum(gi + co * HoWo, HoWo);
         }
         if (gin) {
           float* gx = gin->f32() + i * cin_ * H_ * W_;

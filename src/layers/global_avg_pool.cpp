@@ -24,10 +24,7 @@ class GlobalAvgPool final : public Layer, public GlobalAvgPoolAttrs {
     const float inv = 1.f / static_cast<float>(HW_);
     parallel_for(ctx.pool, n * C_, 1 + kElemGrain / HW_, [&](int64_t b, int64_t e) {
       for (int64_t pl = b; pl < e; ++pl) {
-        const float* p = xs + pl * HW_;
-        float s = 0.f;
-        for (int64_t j = 0; j < HW_; ++j) s += p[j];
-        ys[pl] = s * inv;
+        ys[pl] = lane_sum(xs + pl * HW_, HW_) * inv;
       }
     });
   }

@@ -86,3 +86,47 @@ TEST_CASE("max_pool2d: errors") {
   expect_error([&] { l->infer({Shape{16, 16}}); }, DP_ERR_SHAPE, {"[C, H, W]", "got [16, 16]"});
   expect_error([&] { l->infer({Shape{1, 2, 2}}); }, DP_ERR_SHAPE, {"[1, 2, 2]"});
 }
+
+// The usual pooling (kernel 2, stride 2) on data full of ties and NaNs (values
+// from {-1, 0, 1, NaN}): as PyTorch, the first maximum among ties and the
+// first NaN outright, in the output and where the gradient goes; odd sizes
+// leave a row and a column out (or, with ceil_mode, make partial windows).
+TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as the first maximum of a naive loop") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool ceil : {false, true})
+    for (auto [H, W] : {std::pair<int64_t, int64_t>{6, 8}, {7, 9}, {2, 2}, {28, 28}}) {
+      CAPTURE(ceil);
+      CAPTURE(H);
+      CAPTURE(W);
+      auto l = make_layer({{"type", "max_pool2d"}, {"kernel_size", 2}, {"ceil_mode", ceil}});
+      Harness h(*l, {Shape{3, H, W}});
+      const int64_t Ho = out_len(H, 2, 2, 0, 1, ceil), Wo = out_len(W, 2, 2, 0, 1, ceil);
+      REQUIRE(h.out_sample == Shape{3, Ho, Wo});
+      Tensor x(DP_F32, Shape{2, 3, H, W});
+      const float pick[4] = {-1.f, 0.f, 1.f, nan};
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = pick[int64_t(uniform01(11, i) * 4) & 3];
+      h.forward({&x});
+      Tensor g(DP_F32, h.out.shape());
+      for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = float(i + 1);
+      h.backward({&x}, g);
+      std::vector<float> want_gx(static_cast<size_t>(x.numel()), 0.f);
+      for (int64_t pl = 0; pl < 6; ++pl)
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            float best = 0.f;
+            int64_t at = -1;
+            for (int64_t i = 0; i < 2; ++i)
+              for (int64_t j = 0; j < 2; ++j) {
+                const int64_t ih = 2 * oh + i, iw = 2 * ow + j;
+                if (ih >= H || iw >= W) continue;
+                const float v = x.f32()[(pl * H + ih) * W + iw];
+                if (at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) best = v, at = (pl * H + ih) * W + iw;
+              }
+            const int64_t o = (pl * Ho + oh) * Wo + ow;
+            const float y = h.out.f32()[o];
+            CHECK((std::isnan(best) ? std::isnan(y) : y == best));
+            want_gx[static_cast<size_t>(at)] += g.f32()[o];
+          }
+      check_close(h.gin[0], want_gx, 0.f);
+    }
+}

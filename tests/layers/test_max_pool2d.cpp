@@ -94,7 +94,8 @@ TEST_CASE("max_pool2d: errors") {
 TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as the first maximum of a naive loop") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (bool ceil : {false, true})
-    for (auto [H, W] : {std::pair<int64_t, int64_t>{6, 8}, {7, 9}, {2, 2}, {28, 28}}) {
+    for (const std::pair<int64_t, int64_t>& hw : {std::pair<int64_t, int64_t>{6, 8}, {7, 9}, {2, 2}, {28, 28}}) {
+      const int64_t H = hw.first, W = hw.second;  // not a structured binding: clang 14 cannot CAPTURE one
       CAPTURE(ceil);
       CAPTURE(H);
       CAPTURE(W);

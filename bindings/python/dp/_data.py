@@ -323,23 +323,40 @@ class DataLoader:
         return self._epoch(self._iters)
 
     def _epoch(self, it):
-        # A DataLoader has one position (libdp's loader): the newest iterator
-        # owns it, and an older one raises instead of reading the newer one's
-        # batches (PyTorch's iterators are independent: zip(loader, loader)).
+        return _EpochIterator(self, it)
+
+
+class _EpochIterator:
+    """iter(loader): the batches left in the loader's epoch. A DataLoader has
+    one position (libdp's loader): the newest iterator owns it, and an older
+    one raises instead of reading the newer one's batches (PyTorch's
+    iterators are independent: zip(loader, loader)). A batch that fails (a
+    Python dataset's exception) raises, and the loader has moved past it: the
+    same iterator goes on with the next batch, as PyTorch's does, and so does
+    a new iter() (the epoch is not over)."""
+
+    def __init__(self, loader, it):
+        self._loader, self._it, self._done = loader, it, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ld = self._loader
+        if self._done:
+            raise StopIteration
+        if ld._iters != self._it:
+            raise InvalidArgumentError('DataLoader: this iterator was replaced by a newer iter() of the same '
+                                       'DataLoader, which owns its position: iterate one at a time, or make '
+                                       'a DataLoader per iterator')
+        ld._abandoned = True  # until the epoch ends: a loop broken off leaves it set
         try:
-            while True:
-                if self._iters != it:
-                    raise InvalidArgumentError('DataLoader: this iterator was replaced by a newer iter() of the same '
-                                               'DataLoader, which owns its position: iterate one at a time, or make '
-                                               'a DataLoader per iterator')
-                self._abandoned = True
-                b = self.next_batch()
-                if b is None:
-                    break
-                yield b
-                del b
+            b = ld.next_batch()
         except Error:
-            if self._iters == it:
-                self._abandoned = False  # a failed batch is skipped; iterating again continues the epoch
+            ld._abandoned = False  # a failed batch is skipped; iterating again continues the epoch
             raise
-        self._abandoned = False
+        if b is None:
+            self._done = True
+            ld._abandoned = False
+            raise StopIteration
+        return b

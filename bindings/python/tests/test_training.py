@@ -228,6 +228,18 @@ def test_callback_errors_fail_the_batch():
     # skipped, as PyTorch does: iterating again continues after the failed batch
     assert loader.position == (0, 2)
     assert [len(y) for _, y in loader] == [2]
+    # PyTorch's way of skipping bad samples: the same iterator goes on after the error
+    it, got, errors = iter(loader), [], 0
+    while True:
+        try:
+            _, y = next(it)
+        except dp.InvalidArgumentError:
+            errors += 1
+            continue
+        except StopIteration:
+            break
+        got.append(len(y))
+    assert errors == 1 and got == [4, 2] and loader.position == (2, 0)
 
 
 def test_checkpoints(tmp_path, mnist_dir):

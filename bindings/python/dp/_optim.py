@@ -5,7 +5,7 @@ import json as _json
 import math
 
 from . import _lib
-from ._errors import ArgumentTypeError, StateDictError, UnsupportedError, _check
+from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnsupportedError, _check
 from ._model import DataParallel
 from ._util import _as_f32, _converting, _destroy, _dumps, _float, _handle, _json_text, _np
 
@@ -36,6 +36,8 @@ class Optimizer:
         _destroy(self, _lib.optimizer_destroy if _lib else None)
 
     def step(self):
+        """One step on the model's gradients; none (no update, no step counted)
+        with no backward since zero_grad(), as torch.optim after zero_grad()."""
         _check(_lib.optimizer_step(self._h))
 
     def zero_grad(self):
@@ -157,14 +159,18 @@ class Optimizer:
     def param_groups(self):
         """[{"lr": the current lr, every hyperparameter (PyTorch's keys and
         defaults), "initial_lr": the base lr under a schedule (as PyTorch's
-        schedulers add it), "params": [0, 1, ...]}] (one group, as PyTorch's;
-        a copy: set the lr through .lr)."""
+        schedulers add it), "params": [0, 1, ...]}] (one group, as PyTorch's).
+        As in PyTorch, `for g in opt.param_groups: g["lr"] = 0.01` sets the lr
+        of the steps that follow (as .lr does); under a schedule, "initial_lr"
+        is its base lr and "lr" is the schedule's to set. The other
+        hyperparameters are fixed when the optimizer is made: writing one
+        raises InvalidArgumentError."""
         g = {'lr': self.lr}
         g.update(self._hyperparameters())
         if self._scheduled:
             g['initial_lr'] = self._base_lr
         g['params'] = list(range(len(self._param_shapes())))
-        return [g]
+        return [_ParamGroup(self, g)]
 
     def _state_names(self):
         n = ctypes.c_int()
@@ -211,7 +217,7 @@ class Optimizer:
                     at += n
             for i in range(len(shapes)):
                 state.setdefault(i, {})['step'] = np.array(float(steps), np.float32)
-        sd = {'state': state, 'param_groups': self.param_groups}
+        sd = {'state': state, 'param_groups': [dict(g) for g in self.param_groups]}
         scale, tracker, skipped = self._scaler_state()
         if self._scaler_cfg is not None or skipped:
             cfg = self._scaler_cfg or {}
@@ -313,13 +319,45 @@ class Optimizer:
             self.lr = lr
 
 
+class _ParamGroup(dict):
+    """An entry of Optimizer.param_groups: a dict whose "lr" (or, under a
+    schedule, "initial_lr") writes through to the optimizer, as torch.optim's
+    do; a state_dict or a pickle holds it as a plain dict."""
+
+    def __init__(self, opt, values):
+        super().__init__(values)
+        self._opt = opt
+
+    def __setitem__(self, key, value):
+        scheduled = self._opt._scheduled
+        if key == ('initial_lr' if scheduled else 'lr'):
+            self._opt.lr = value  # checked there; under a schedule, its base lr
+            value = self._opt._base_lr if scheduled else self._opt.lr
+        elif key == 'lr':
+            raise InvalidArgumentError('param_groups[0]["lr"]: an lr schedule sets each step\'s lr; set '
+                                       'param_groups[0]["initial_lr"] (or .lr) for its base lr, or remove the '
+                                       'schedule (set_lr_schedule(None))')
+        elif not (key in self and self[key] == value):
+            raise InvalidArgumentError(f'param_groups[0][{key!r}]: dp fixes an optimizer\'s {key} when it is made; '
+                                       'make a new optimizer with the value (its state_dict carries the state '
+                                       'over); only "lr" changes')
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+
 def _opt_class(kind, doc):
-    def __init__(self, group, lr, **kwargs):
+    def __init__(self, group, lr=1e-3, **kwargs):
         Optimizer.__init__(self, group, dict(type=kind, lr=lr, **kwargs))
     return type(kind.upper() if kind == 'sgd' else {'adam': 'Adam', 'adamw': 'AdamW'}[kind], (Optimizer,),
                 {'__init__': __init__, '__doc__': doc})
 
 
-SGD = _opt_class('sgd', 'SGD(group, lr, momentum=0, dampening=0, nesterov=False, weight_decay=0)')
-Adam = _opt_class('adam', 'Adam(group, lr, betas=[0.9, 0.999], eps=1e-8, weight_decay=0)')
-AdamW = _opt_class('adamw', 'AdamW(group, lr, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.01)')
+SGD = _opt_class('sgd', 'SGD(group, lr=1e-3, momentum=0, dampening=0, nesterov=False, weight_decay=0)')
+Adam = _opt_class('adam', 'Adam(group, lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0)')
+AdamW = _opt_class('adamw', 'AdamW(group, lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.01)')

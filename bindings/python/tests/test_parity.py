@@ -166,6 +166,39 @@ def test_optimizer_param_groups_have_pytorchs_keys_and_defaults():
                                                                                          decoupled)
 
 
+def test_optimizer_param_groups_lr_writes_through():
+    """`for g in opt.param_groups: g["lr"] = ...` (manual warmup, plateau
+    logic) changes the next steps' lr, as in PyTorch (it was a copy, and the
+    write was lost); other hyperparameters refuse a change instead of
+    ignoring it; under a schedule "initial_lr" is its base."""
+    m, net, opt = _trained('sgd', 0)
+    before = m.parameters().copy()
+    for g in opt.param_groups:
+        g['lr'] = 0.5
+        assert g['lr'] == 0.5
+    assert opt.lr == 0.5 and opt.param_groups[0]['lr'] == 0.5
+    x, y = batch(seed=3)
+    m2, net2, opt2 = _trained('sgd', 0, seed=9)
+    m2.set_parameters(before)
+    opt2.lr = 0.5
+    net.train_step(opt, x, y)
+    net2.train_step(opt2, x, y)
+    assert np.array_equal(m.parameters(), m2.parameters())
+    opt.param_groups[0].update(lr=0.25, momentum=0.9)  # the same momentum: not a change
+    assert opt.lr == 0.25
+    with pytest.raises(dp.InvalidArgumentError, match='momentum'):
+        opt.param_groups[0]['momentum'] = 0.5
+    with pytest.raises(dp.InvalidArgumentError):
+        opt.param_groups[0]['lr'] = -1
+    assert type(opt.state_dict()['param_groups'][0]) is dict
+    assert dp.SGD(net).lr == dp.Adam(net).lr == 1e-3  # PyTorch's default lr
+    _, _, sched = _trained('sgd', 2, schedule={'type': 'step', 'step_size': 1, 'gamma': 0.5})
+    with pytest.raises(dp.InvalidArgumentError, match='initial_lr'):
+        sched.param_groups[0]['lr'] = 0.3
+    sched.param_groups[0]['initial_lr'] = 0.4
+    assert sched.param_groups[0]['initial_lr'] == 0.4
+
+
 def test_optimizer_state_dict_without_step_as_torch_sgd_writes_it():
     """torch.optim.SGD keeps momentum_buffer and no "step": its buffers are
     used from the next step on (they were dropped before: 0.03 apart)."""

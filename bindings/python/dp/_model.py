@@ -444,8 +444,25 @@ class DataParallel:
     def eval(self):
         return self.train(False)
 
+    def _input(self, x):
+        """x as the model's float32 input. Integer and bool arrays are refused
+        (PyTorch refuses them against float weights): raw uint8 pixels would
+        otherwise train, unscaled, as 0..255."""
+        if isinstance(x, Tensor):
+            kind = x.dtype if x.dtype != 'float32' else None
+        elif hasattr(x, 'is_floating_point') and hasattr(x, 'dtype'):  # a torch tensor
+            kind = None if x.is_floating_point() else str(x.dtype)
+        else:
+            dt = getattr(x, 'dtype', None)
+            kind = str(dt) if getattr(dt, 'kind', 'f') in 'iub' else None
+        if kind:
+            raise ArgumentTypeError(f'input: {kind} values, where the model takes floats: dp does not convert or '
+                                    'scale them (uint8 pixels would train as 0..255); convert and normalise first, '
+                                    'e.g. x.astype(numpy.float32) / 255')
+        return as_tensor(x, 'float32', ctx=self._ctx)
+
     def forward(self, x):
-        xt = as_tensor(x, 'float32', ctx=self._ctx)
+        xt = self._input(x)
         h = ctypes.c_void_p()
         _check(_lib.group_forward(self._h, xt._h, ctypes.byref(h)))
         return Tensor._wrap(h, self._ctx)
@@ -484,7 +501,7 @@ class DataParallel:
         from ._optim import Optimizer  # (_optim imports this module)
         opt = _handle(optimizer, Optimizer, 'train_step: optimizer')
         loss = ctypes.c_float()
-        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        xt, yt = self._input(x), self._target(y)
         _check(_lib.group_train_step(self._h, opt, xt._h, yt._h, ctypes.byref(loss)))
         return loss.value
 
@@ -497,7 +514,7 @@ class DataParallel:
         optimizer.get_scale() (scaler.scale(loss)). Returns the unscaled
         batch loss."""
         loss = ctypes.c_float()
-        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        xt, yt = self._input(x), self._target(y)
         _check(_lib.group_forward_backward(self._h, xt._h, yt._h, _float(loss_scale, 'loss_scale'),
                                            ctypes.byref(loss)))
         return loss.value
@@ -506,7 +523,7 @@ class DataParallel:
         """(loss, correct): the model's loss without training, and the rows
         whose arg-max is the target (cross_entropy)."""
         loss, correct = ctypes.c_float(), ctypes.c_int64()
-        xt, yt = as_tensor(x, 'float32', ctx=self._ctx), self._target(y)
+        xt, yt = self._input(x), self._target(y)
         _check(_lib.group_evaluate(self._h, xt._h, yt._h, ctypes.byref(loss), ctypes.byref(correct)))
         return loss.value, correct.value
 

@@ -305,12 +305,24 @@ def from_numpy(array, ctx=None):
 
 def as_tensor(x, dtype=None, ctx=None):
     """x as a dp tensor without copying where possible: a dp Tensor as is, a
-    suitable NumPy array viewed (from_numpy), anything else copied."""
+    suitable NumPy array viewed (from_numpy), a DLPack producer's suitable
+    host tensor (PyTorch's, JAX's) viewed (from_dlpack), anything else
+    copied. A torch tensor that requires grad is refused: dp does not take
+    part in torch's autograd (pass x.detach())."""
     if isinstance(x, Tensor):
         if dtype is not None and _dtype_name(dtype) != x.dtype:
             return tensor(x.numpy(), dtype=dtype, ctx=ctx)
         return x
+    if getattr(x, 'requires_grad', False) is True and hasattr(x, 'detach'):
+        raise ArgumentTypeError(f'a {type(x).__name__} that requires grad: dp does not take part in torch\'s '
+                                'autograd, so no gradient would reach it; pass x.detach()')
     np = _np_or_none()
+    if (HAVE_ZERO_COPY and hasattr(x, '__dlpack__') and not (np is not None and isinstance(x, np.ndarray))
+            and _dlpack_dtype(x) is not None and (dtype is None or _dtype_name(dtype) == _dlpack_dtype(x))):
+        try:
+            return from_dlpack(x, ctx)
+        except DLPackError:  # not viewable (strides, device): copied below
+            pass
     if np is None:
         return tensor(x, dtype=dtype, ctx=ctx)
     if isinstance(x, np.ndarray) and HAVE_ZERO_COPY and _viewable(x, np) and (
@@ -319,6 +331,13 @@ def as_tensor(x, dtype=None, ctx=None):
     if dtype is None and isinstance(x, np.ndarray) and x.dtype.kind == 'f':
         dtype = 'float32'
     return tensor(x, dtype=dtype, ctx=ctx)
+
+
+def _dlpack_dtype(x):
+    """x.dtype's name as dp's ("float32", "int64") where it is one of them
+    (NumPy's and PyTorch's dtypes name themselves so: torch.float32)."""
+    name = str(getattr(x, 'dtype', '')).replace('torch.', '')
+    return name if name in ('float32', 'int64') else None
 
 
 def from_dlpack(x, ctx=None):

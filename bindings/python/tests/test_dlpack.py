@@ -98,6 +98,18 @@ assert u.data_ptr == x.data_ptr() and u.shape == (3, 4) and u.dtype == 'int64'
 del x; gc.collect(); assert u.numpy().sum() == 66
 del a, u; gc.collect()
 from dp import _dlpack; assert _dlpack.live_exports() == 0
+# as_tensor views a torch tensor (model calls take their input so) and refuses
+# one that requires grad, or integer inputs, instead of copying them silently
+w = torch.ones(2, 3)
+assert dp.as_tensor(w).data_ptr == w.data_ptr()
+for bad, what in ((torch.ones(2, 3, requires_grad=True), 'detach'), (torch.ones(2, 3, dtype=torch.uint8), 'uint8')):
+    try:
+        g = dp.DataParallel(dp.Model({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2}],
+                                      "loss": {"type": "cross_entropy"}}), 1)
+        g(bad)
+        raise AssertionError('not refused')
+    except dp.ArgumentTypeError as e:
+        assert what in str(e), e
 print('torch ok')
 '''
 

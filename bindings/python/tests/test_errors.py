@@ -63,6 +63,10 @@ CASES = [
     ('Optimizer(group, None)', lambda f: dp.Optimizer(f['group'], None), dp.ArgumentTypeError, TypeError),
     ('train_step(None, ...)', lambda f: f['group'].train_step(None, np.zeros((2, 5)), [0, 1]), dp.ArgumentTypeError,
      TypeError),
+    ('train_step on uint8 inputs (unscaled pixels)', lambda f: f['group'].train_step(
+        f['optimizer'], np.full((2, 5), 255, np.uint8), [0, 1]), dp.ArgumentTypeError, TypeError),
+    ('forward on an int64 dp tensor', lambda f: f['group'](dp.tensor(np.zeros((2, 5), np.int64))),
+     dp.ArgumentTypeError, TypeError),
     ('DataLoader(None)', lambda f: dp.DataLoader(None), dp.ArgumentTypeError, TypeError),
     ('DataLoader(seed=object())', lambda f: dp.DataLoader(f['dataset'], seed=object()), dp.ArgumentTypeError,
      TypeError),

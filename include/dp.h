@@ -374,6 +374,10 @@ DP_API dp_status dp_group_comm_seconds(const dp_group* g, double* busy, double* 
  *  "weight_decay": 0 (adam) | 0.01 (adamw)}
  * (the values shown are the defaults; "type" is required) */
 DP_API dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer** out);
+/* One step on the model's gradients. With no backward (dp_group_backward,
+ * dp_group_forward_backward, dp_group_train_step) since dp_group_zero_grad or
+ * the group's creation it does nothing and counts no step, as torch.optim
+ * skips parameters whose .grad is None (zero_grad's default). */
 DP_API dp_status dp_optimizer_step(dp_optimizer* opt);
 /* The learning rate, read and set (a schedule sets it before each step: read
  * after step k it is step k's, where PyTorch's scheduler.get_last_lr() after
@@ -386,12 +390,15 @@ DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
  * scaler skipped, which checkpoints hold, so a resumed run follows the same
  * curve) the learning rate becomes
  * schedule(base, t), base being the learning rate when the schedule is set.
- * NULL or "": none (the base learning rate again). Per step, not per epoch:
- * {"type": "linear", "start_factor": 0.333, "end_factor": 1, "total_iters": 5}   LinearLR
+ * NULL or "": none (the base learning rate again). Per step, not per epoch;
+ * the values shown are the defaults (PyTorch's), 1/3 meaning exactly that (a
+ * written 0.333 is taken as written):
+ * {"type": "constant"}                                                             the base lr
+ * {"type": "linear", "start_factor": 1/3, "end_factor": 1, "total_iters": 5}     LinearLR
  * {"type": "step", "step_size": N, "gamma": 0.1}                                   StepLR
  * {"type": "multistep", "milestones": [N, ...], "gamma": 0.1}                      MultiStepLR
  * {"type": "cosine", "T_max": N, "eta_min": 0}                                     CosineAnnealingLR
- * {"type": "cosine_warmup", "warmup_steps": W, "total_steps": N, "warmup_start_factor": 0.333, "eta_min": 0}
+ * {"type": "cosine_warmup", "warmup_steps": W, "total_steps": N, "warmup_start_factor": 1/3, "eta_min": 0}
  *     SequentialLR(LinearLR for W steps, then CosineAnnealingLR(T_max = N - W))
  * {"type": "onecycle", "max_lr": X, "total_steps": N, "pct_start": 0.3, "anneal_strategy": "cos",
  *  "div_factor": 25, "final_div_factor": 1e4, "three_phase": false}

@@ -227,6 +227,58 @@ TEST_CASE("backward accumulates until zero_grad; train_step on fixed data lowers
   dp_model_destroy(m);
 }
 
+// As torch.optim after zero_grad() (whose default leaves .grad None): a step
+// with no backward since then changes nothing and counts no step; after a
+// backward it updates (it moved SGD's momentum and weight decay, and Adam's
+// weights, on zeroed gradients before).
+TEST_CASE("optimizer_step without a backward since zero_grad (or creation) is no step, as PyTorch's") {
+  Fixture f;
+  dp_model* m = f.model(kMlp);
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+  std::vector<float> p0(n), p1(n);
+  DP_REQUIRE_OK(dp_model_copy_parameters(m, p0.data(), n));
+  for (const char* cfg : {R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.1})",
+                          R"({"type": "adamw", "lr": 0.1})"}) {
+    CAPTURE(cfg);
+    dp_optimizer* opt = nullptr;
+    DP_REQUIRE_OK(dp_optimizer_create(g, cfg, &opt));
+    int64_t steps = -1;
+    DP_REQUIRE_OK(dp_optimizer_step(opt));  // nothing since the group was made
+    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
+    CHECK(p1 == p0);
+    DP_REQUIRE_OK(dp_optimizer_steps(opt, &steps));
+    CHECK(steps == 0);
+    TestRng rng(4);
+    std::vector<float> x(6 * 4), go(6 * 3);
+    for (float& v : x) v = rng.uniform(-1, 1);
+    for (float& v : go) v = rng.uniform(-1, 1);
+    dp_tensor* in = make_f32(f.ctx, x, {6, 4});
+    dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
+    dp_tensor* out = nullptr;
+    DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+    DP_REQUIRE_OK(dp_group_backward(g, gout));
+    DP_REQUIRE_OK(dp_optimizer_step(opt));
+    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
+    CHECK(p1 != p0);
+    DP_REQUIRE_OK(dp_group_zero_grad(g));
+    p0 = p1;
+    DP_REQUIRE_OK(dp_optimizer_step(opt));  // zeroed since: no step
+    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
+    CHECK(p1 == p0);
+    DP_REQUIRE_OK(dp_optimizer_steps(opt, &steps));
+    CHECK(steps == 1);
+    dp_tensor_destroy(out);
+    dp_tensor_destroy(in);
+    dp_tensor_destroy(gout);
+    dp_optimizer_destroy(opt);
+  }
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
 TEST_CASE("batch norm: per-replica batch statistics, running statistics merged by sample count") {
   Fixture f;
   const char* json = R"({"input": {"shape": [2]}, "layers": [{"type": "batch_norm", "momentum": 0.5}]})";

@@ -76,7 +76,9 @@ class Group {
   // Adds the gradients of the last forward's graph into the model's gradients.
   void backward(const Tensor& grad_output);
   void zero_grad();
-  // One optimizer step on the model's gradients.
+  // One optimizer step on the model's gradients; none (no update, no step
+  // counted) when no backward ran since zero_grad or the group was made, as
+  // torch.optim skips parameters whose .grad is None (zero_grad's default).
   void optimizer_step(Optimizer& opt);
   // zero_grad, forward, loss over the whole batch, backward, step.
   double train_step(Optimizer& opt, const Tensor& input, const Tensor& target);
@@ -130,6 +132,7 @@ class Group {
   std::vector<const float*> stat_ptrs_;
   Shape last_output_shape_;
   bool have_forward_ = false;
+  bool have_grads_ = false;  // a backward ran since zero_grad (PyTorch: .grad is not None)
   // The most rows this process, and each of its replicas, ran so far: a
   // step beyond them allocates (checked first, and applied only at its end).
   int64_t seen_rows_ = 0;

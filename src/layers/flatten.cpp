@@ -1,5 +1,6 @@
 // torch.flatten(x, start_dim, end_dim) with dims counted over the batched
-// tensor; start_dim >= 1 keeps the batch dim.
+// tensor, negative ones from the end (as torch's); neither may be the batch
+// dim.
 #include <cstring>
 
 #include "layers/builtin.h"
@@ -44,9 +45,11 @@ class Flatten final : public Layer, public FlattenAttrs {
 
 std::unique_ptr<Layer> make_flatten(Args& a) {
   auto l = std::make_unique<Flatten>();
-  l->start_ = a.integer("start_dim", 1, 1);
+  l->start_ = a.integer("start_dim", 1, -static_cast<int64_t>(DP_MAX_DIMS) - 1);
   l->end_ = a.integer("end_dim", -1, -static_cast<int64_t>(DP_MAX_DIMS) - 1);
-  if (l->end_ == 0) fail(DP_ERR_MODEL, a.path_of("end_dim") + ": expected a dim other than 0 (the batch), got 0");
+  for (const char* key : {"start_dim", "end_dim"})
+    if ((key[0] == 's' ? l->start_ : l->end_) == 0)
+      fail(DP_ERR_MODEL, a.path_of(key) + ": expected a dim other than 0 (the batch), got 0");
   return l;
 }
 

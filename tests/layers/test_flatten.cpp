@@ -10,6 +10,9 @@ TEST_CASE("flatten: shapes as torch.flatten over the batched tensor") {
   CHECK(make_layer({{"type", "flatten"}, {"start_dim", 2}, {"end_dim", 2}})->infer({Shape{2, 3, 4}}) ==
         Shape{2, 3, 4});
   CHECK(make_layer({{"type", "flatten"}})->infer({Shape{5}}) == Shape{5});
+  // Negative dims count from the end, as torch.flatten(x, -3) on [N, 2, 3, 4]
+  CHECK(make_layer({{"type", "flatten"}, {"start_dim", -3}})->infer({Shape{2, 3, 4}}) == Shape{24});
+  CHECK(make_layer({{"type", "flatten"}, {"start_dim", -2}})->infer({Shape{2, 3, 4}}) == Shape{2, 12});
 }
 
 TEST_CASE("flatten: values and gradients") {
@@ -29,4 +32,6 @@ TEST_CASE("flatten: errors") {
   expect_error([&] { l->infer({Shape{4, 4}}); }, DP_ERR_SHAPE, {"[4, 4]", "start_dim 3"});
   auto m = make_layer({{"type", "flatten"}, {"start_dim", 2}, {"end_dim", 1}});
   expect_error([&] { m->infer({Shape{4, 4}}); }, DP_ERR_SHAPE, {"[4, 4]"});
+  auto b = make_layer({{"type", "flatten"}, {"start_dim", -3}});  // the batch dim of [N, 4, 4]
+  expect_error([&] { b->infer({Shape{4, 4}}); }, DP_ERR_SHAPE, {"[4, 4]", "start_dim -3"});
 }

@@ -133,6 +133,11 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(a.keys() == b.keys() and all(a[k] == b[k] for k in a), 'resumed run is bitwise equal to the straight run',
            str([k for k in a if a.get(k) != b.get(k)][:5]))
     expect('note: resumed' not in r2.stderr, 'more epochs under a constant lr: no note', r2.stderr)
+    # Resumed inside an epoch: its train_loss is the whole epoch's mean (it was the steps' after the resume).
+    r1 = run('train', 'mlp.json', *common, '--epochs', '2', '--max-steps', '45', '--save', 'mid.ckpt')
+    r2 = run('train', 'mlp.json', *common, '--epochs', '2', '--resume', 'mid.ckpt')
+    expect(r1.returncode == 0 and r2.returncode == 0 and last_json(r2.stdout)['train_loss'] == out['train_loss'],
+           'resumed mid-epoch: the final train_loss is the straight run\'s', r1.stderr + r2.stdout + r.stdout)
     # The cosine schedule spans --epochs: resuming with others changes its course, and says so.
     r1 = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', 'cosine', '--save', 'cos.ckpt')
     half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]

@@ -362,6 +362,11 @@ static int train(const TrainOptions& o) {
 
   const nlohmann::json record = run_record(o, data, devices, world);
   TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
+  // The epoch's training loss so far (its mean is the epoch's train_loss):
+  // kept in a checkpoint saved inside an epoch, so that a run resumed there
+  // reports the whole epoch's mean, not that of the steps after the resume.
+  double epoch_loss_sum = 0;
+  int64_t epoch_loss_rows = 0;
   if (!o.resume.empty() && lead) {
     const nlohmann::json resumed = checkpoint_metadata(o.resume, "--resume");
     nlohmann::json now = record["training"];
@@ -369,11 +374,18 @@ static int train(const TrainOptions& o) {
     now["seed"] = record["seed"];
     note_changed_settings(resumed, now);
     restore_history(resumed, global_step, &chart);
+    const nlohmann::json part = meta_value(resumed, "epoch_loss");
+    if (batch > 0 && part.is_object() && part.value("step", int64_t(-1)) == global_step) {
+      epoch_loss_sum = part.value("sum", 0.0);
+      epoch_loss_rows = part.value("rows", int64_t(0));
+    }
   }
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
     meta["history"] = history_json(chart);
+    if (batch > 0 && batch < batches)  // inside an epoch
+      meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}};
     if (extra.is_object()) meta.update(extra);
     check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), path);
   };
@@ -435,8 +447,9 @@ static int train(const TrainOptions& o) {
     return stopping > 0;
   };
   for (; epoch < o.epochs && !interrupted && !step_limit; ++epoch) {
-    double loss_sum = 0, epoch_start = now_seconds(), step_loss = 0;
-    int64_t epoch_rows = 0, rows = 0;
+    double epoch_start = now_seconds(), step_loss = 0;
+    int64_t rows = 0;
+    if (batch == 0) epoch_loss_sum = 0, epoch_loss_rows = 0;  // (a resumed epoch keeps its part)
     for (;;) {
       double t0 = now_seconds();
       check(dp_loader_next(train_loader.get(), x.get(), y.get(), &rows), "training data");
@@ -459,8 +472,8 @@ static int train(const TrainOptions& o) {
       }
       train_seconds += now_seconds() - t0;
       samples += rows;
-      epoch_rows += rows;
-      loss_sum += double(loss) * rows;
+      epoch_loss_rows += rows;
+      epoch_loss_sum += double(loss) * rows;
       ++batch;
       double sps = samples / std::max(train_seconds, 1e-9);
       double left = double((o.epochs - epoch) * batches - batch) * o.batch_size / sps;
@@ -492,7 +505,7 @@ static int train(const TrainOptions& o) {
     }
     if (interrupted || step_limit) break;
     batch = 0;
-    last_loss = epoch_rows ? loss_sum / epoch_rows : 0;
+    last_loss = epoch_loss_rows ? epoch_loss_sum / double(epoch_loss_rows) : 0;
     last_eval = evaluate(c, group.get(), test_loader.get());
     chart.epochs.push_back({epoch + 1, global_step, last_loss, last_eval.loss, last_eval.accuracy});
     epochs_done = epoch + 1;

@@ -182,8 +182,11 @@ class Model:
         return out
 
     def named_parameters(self):
-        """{name: array} (copies), in declaration order."""
-        return dict(_split(self.parameters(), self.parameter_info()))
+        """[(name, array)] (copies), in declaration order: PyTorch's pairs, so
+        `for name, p in model.named_parameters()` and
+        `dict(model.named_parameters())` work as there. Changing an array
+        changes the copy only: set_parameters or load_state_dict write."""
+        return list(_split(self.parameters(), self.parameter_info()).items())
 
     @property
     def input_shape(self):

@@ -48,8 +48,9 @@ def test_model_from_dict_text_and_file(tmp_path):
     assert a.num_parameters == 5 * 4 + 4 + 4 * 3 + 3
     assert a.parameter_info() == [('0.weight', (4, 5)), ('0.bias', (4,)), ('2.weight', (3, 4)), ('2.bias', (3,))]
     assert a.input_shape == (5,) and a.output_shape == (3,)
-    named = a.named_parameters()
+    named = dict(a.named_parameters())  # PyTorch's (name, value) pairs
     assert list(named) == ['0.weight', '0.bias', '2.weight', '2.bias'] and named['2.weight'].shape == (3, 4)
+    assert [n for n, _ in a.named_parameters()] == list(named)
 
 
 def test_set_parameters_round_trip():

@@ -36,8 +36,7 @@ def test_model_state_dict_names_as_pytorch():
                         '5.running_var', '5.num_batches_tracked', '7.weight', '7.bias']
     assert sd['1.weight'].shape == (256, 784) and sd['1.weight'].dtype == np.float32
     assert sd['2.num_batches_tracked'].dtype == np.int64 and sd['2.num_batches_tracked'].shape == ()
-    params = m.named_parameters()
-    for k, v in params.items():
+    for k, v in m.named_parameters():
         assert np.array_equal(sd[k], v)
     assert np.array_equal(np.concatenate([sd['2.running_mean'], sd['2.running_var'], sd['5.running_mean'],
                                           sd['5.running_var']]), m.buffers())

@@ -1152,15 +1152,22 @@ TEST_CASE("host-written weights survive zero_grad and optimizer_step on CUDA") {
   DP_REQUIRE_OK(dp_group_forward(c.group, x, &cpu_out));
   expect_close(tensor_data(out), tensor_data(cpu_out), "forward after set_parameters and zero_grad");
   // optimizer_step after a host write steps from the written weights: with
-  // zero gradients and fresh momentum, SGD leaves them as they are.
+  // zero gradients (a backward of zeros: with no backward since zero_grad a
+  // step is none) and fresh momentum, SGD leaves them as they are.
+  DP_REQUIRE_OK(dp_group_zero_grad(a.group));
+  dp_tensor* out2 = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(a.group, x, &out2));
+  dp_tensor* zeros = make_f32(a.ctx, std::vector<float>(static_cast<size_t>(12 * kClasses), 0.0f), {12, kClasses});
+  DP_REQUIRE_OK(dp_group_backward(a.group, zeros));
   for (float& v : p) v *= 0.5f;
   DP_REQUIRE_OK(dp_model_set_parameters(a.model, p.data(), static_cast<int64_t>(p.size())));
-  DP_REQUIRE_OK(dp_group_zero_grad(a.group));
   dp_optimizer* plain = nullptr;
   DP_REQUIRE_OK(dp_optimizer_create(a.group, R"({"type": "sgd", "lr": 0.1})", &plain));
   DP_REQUIRE_OK(dp_optimizer_step(plain));
   CHECK(params_of(a.model) == p);
   dp_optimizer_destroy(plain);
+  dp_tensor_destroy(out2);
+  dp_tensor_destroy(zeros);
   dp_tensor_destroy(out);
   dp_tensor_destroy(cpu_out);
   dp_tensor_destroy(x);

@@ -275,6 +275,26 @@ TEST_CASE("optimizer_step without a backward since zero_grad (or creation) is no
     dp_tensor_destroy(gout);
     dp_optimizer_destroy(opt);
   }
+  // The gradients are the model's: zeroed through another group of it, a
+  // step of this group's optimizer has none to take.
+  dp_group* g2 = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g2));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1, "weight_decay": 0.1})", &opt));
+  std::vector<float> x(6 * 4, 0.5f), go(6 * 3, 0.25f);
+  dp_tensor* in = make_f32(f.ctx, x, {6, 4});
+  dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
+  DP_REQUIRE_OK(dp_group_backward(g, gout));
+  DP_REQUIRE_OK(dp_group_zero_grad(g2));
+  DP_REQUIRE_OK(dp_model_copy_parameters(m, p0.data(), n));
+  DP_REQUIRE_OK(dp_optimizer_step(opt));
+  DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
+  CHECK(p1 == p0);
+  for (dp_tensor* t : {in, gout, out}) dp_tensor_destroy(t);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g2);
   dp_group_destroy(g);
   dp_model_destroy(m);
 }

@@ -312,13 +312,10 @@ void Group::backward(const Tensor& grad_output) {
                            "; the last forward's output is float32 " + last_output_shape_.str());
   run(Job::kBackward, training_, nullptr, nullptr, &grad_output, nullptr);
   engine_->reduce(nullptr);
-  have_grads_ = true;
+  model_.has_grads = true;
 }
 
-void Group::zero_grad() {
-  engine_->zero_grad();
-  have_grads_ = false;
-}
+void Group::zero_grad() { engine_->zero_grad(); }
 
 // Across processes, before a step: every process's optimizer must update
 // alike. differ: the hashes of the settings already compared (a training
@@ -342,7 +339,7 @@ void Group::check_settings(const Optimizer& opt, bool compare) {
 }
 
 void Group::optimizer_step(Optimizer& opt) {
-  if (!have_grads_) return;  // the same on every process: each ran the same calls
+  if (!model_.has_grads) return;  // the same on every process: each ran the same calls
   check_settings(opt, true);
   engine_->optimizer_step(opt);
 }
@@ -365,9 +362,9 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
   have_forward_ = false;
   // With a grad scaler, the loss's gradient is scaled (scaler.scale(loss).backward()).
   run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt, opt.scaler.loss_factor());
-  have_grads_ = true;
   if (training_) ++step_;
   const double loss = engine_->total_loss();  // an engine updates nothing unless this is finite
+  model_.has_grads = std::isfinite(loss);  // (else zero; a step the engine holds below zeroes them too)
   if (!std::isfinite(loss))
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
@@ -394,7 +391,7 @@ double Group::forward_backward(const Tensor& input, const Tensor& target, double
                              std::to_string(step_ - 1) + "; the gradients and running statistics are unchanged");
   if (training_) merge_stats();
   engine_->reduce(nullptr);  // adds this batch's gradients into the model's
-  have_grads_ = true;
+  model_.has_grads = true;
   return loss;
 }
 

@@ -132,7 +132,6 @@ class Group {
   std::vector<const float*> stat_ptrs_;
   Shape last_output_shape_;
   bool have_forward_ = false;
-  bool have_grads_ = false;  // a backward ran since zero_grad (PyTorch: .grad is not None)
   // The most rows this process, and each of its replicas, ran so far: a
   // step beyond them allocates (checked first, and applied only at its end).
   int64_t seen_rows_ = 0;

@@ -45,8 +45,9 @@ class Flatten final : public Layer, public FlattenAttrs {
 
 std::unique_ptr<Layer> make_flatten(Args& a) {
   auto l = std::make_unique<Flatten>();
-  l->start_ = a.integer("start_dim", 1, -static_cast<int64_t>(DP_MAX_DIMS) - 1);
-  l->end_ = a.integer("end_dim", -1, -static_cast<int64_t>(DP_MAX_DIMS) - 1);
+  const int64_t most = DP_MAX_DIMS + 1;  // dims of the batched tensor
+  l->start_ = a.integer("start_dim", 1, -most, most);
+  l->end_ = a.integer("end_dim", -1, -most, most);
   for (const char* key : {"start_dim", "end_dim"})
     if ((key[0] == 's' ? l->start_ : l->end_) == 0)
       fail(DP_ERR_MODEL, a.path_of(key) + ": expected a dim other than 0 (the batch), got 0");

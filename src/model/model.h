@@ -100,6 +100,11 @@ class Model {
   std::shared_ptr<std::atomic<uint64_t>> attached_bytes = std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t held_total() const { return held_bytes() + attached_bytes->load(); }
   int64_t stats_total = 0;  // per-replica statistics floats, all layers
+  // Whether a backward added gradients since they were last zeroed (PyTorch:
+  // .grad is not None): set by the group that ran it, cleared by every
+  // engine's zero_grad (dp_group_zero_grad, a held or failed step), whichever
+  // group of this model ran it. An optimizer step without them is none.
+  bool has_grads = false;
 
   const Shape& output_shape() const { return nodes.back().out_shape; }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }

@@ -457,7 +457,10 @@ class DataParallel:
             kind = None if x.is_floating_point() else str(x.dtype)
         else:
             dt = getattr(x, 'dtype', None)
-            kind = str(dt) if getattr(dt, 'kind', 'f') in 'iub' else None
+            if dt is None and isinstance(x, (list, tuple)) and _np_or_none() is not None:
+                with _converting(f'input ({type(x).__name__}) as an array'):
+                    dt = _np().asarray(x).dtype  # [[1, 2, 3]]: integers, as torch.tensor reads them
+            kind = str(dt) if getattr(dt, 'kind', 'f') in 'iubO' else None
         if kind:
             raise ArgumentTypeError(f'input: {kind} values, where the model takes floats: dp does not convert or '
                                     'scale them (uint8 pixels would train as 0..255); convert and normalise first, '

@@ -217,7 +217,7 @@ class Optimizer:
                     at += n
             for i in range(len(shapes)):
                 state.setdefault(i, {})['step'] = np.array(float(steps), np.float32)
-        sd = {'state': state, 'param_groups': [dict(g) for g in self.param_groups]}
+        sd = {'state': state, 'param_groups': [dict(g.items()) for g in self.param_groups]}
         scale, tracker, skipped = self._scaler_state()
         if self._scaler_cfg is not None or skipped:
             cfg = self._scaler_cfg or {}
@@ -322,33 +322,72 @@ class Optimizer:
 class _ParamGroup(dict):
     """An entry of Optimizer.param_groups: a dict whose "lr" (or, under a
     schedule, "initial_lr") writes through to the optimizer, as torch.optim's
-    do; a state_dict or a pickle holds it as a plain dict."""
+    do, and reads its current value; a state_dict or a pickle holds it as a
+    plain dict. Keys are fixed: adding or removing one raises."""
 
     def __init__(self, opt, values):
         super().__init__(values)
         self._opt = opt
 
-    def __setitem__(self, key, value):
-        scheduled = self._opt._scheduled
-        if key == ('initial_lr' if scheduled else 'lr'):
-            self._opt.lr = value  # checked there; under a schedule, its base lr
-            value = self._opt._base_lr if scheduled else self._opt.lr
-        elif key == 'lr':
+    def _live(self):
+        return 'initial_lr' if self._opt._scheduled else 'lr'
+
+    def __getitem__(self, key):
+        if key == 'lr':
+            return self._opt.lr
+        if key == 'initial_lr' and self._opt._scheduled:
+            return self._opt._base_lr
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def _check(self, key, value):
+        """What writing value to key does: True to write through, False for no change."""
+        if key == self._live():
+            return True
+        try:
+            same = key in self and bool(self[key] == value)
+        except Exception:  # noqa: B902 (an array's ambiguous truth value: not the same)
+            same = False
+        if same:
+            return False
+        if key == 'lr':
             raise InvalidArgumentError('param_groups[0]["lr"]: an lr schedule sets each step\'s lr; set '
                                        'param_groups[0]["initial_lr"] (or .lr) for its base lr, or remove the '
                                        'schedule (set_lr_schedule(None))')
-        elif not (key in self and self[key] == value):
-            raise InvalidArgumentError(f'param_groups[0][{key!r}]: dp fixes an optimizer\'s {key} when it is made; '
-                                       'make a new optimizer with the value (its state_dict carries the state '
-                                       'over); only "lr" changes')
-        super().__setitem__(key, value)
+        raise InvalidArgumentError(f'param_groups[0][{key!r}]: dp fixes an optimizer\'s {key} when it is made; '
+                                   'make a new optimizer with the value (its state_dict carries the state '
+                                   'over); only "lr" changes')
+
+    def __setitem__(self, key, value):
+        if self._check(key, value):
+            self._opt.lr = value  # checked there; under a schedule, its base lr
+            super().__setitem__(key, self._opt._base_lr if self._opt._scheduled else self._opt.lr)
 
     def update(self, *args, **kwargs):
-        for k, v in dict(*args, **kwargs).items():
-            self[k] = v
+        items = dict(*args, **kwargs)
+        write = [k for k, v in items.items() if self._check(k, v)]  # all checked before any is written
+        for k in write:
+            self[k] = items[k]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def _fixed(self, *args, **kwargs):
+        raise InvalidArgumentError('param_groups[0]: its keys are fixed (PyTorch\'s, for this optimizer)')
+
+    setdefault = pop = popitem = clear = __delitem__ = _fixed
 
     def __reduce__(self):
-        return (dict, (dict(self),))
+        return (dict, (dict(self.items()),))
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+    def values(self):
+        return [self[k] for k in self]
 
 
 def _opt_class(kind, doc):

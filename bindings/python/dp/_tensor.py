@@ -321,7 +321,7 @@ def as_tensor(x, dtype=None, ctx=None):
             and _dlpack_dtype(x) is not None and (dtype is None or _dtype_name(dtype) == _dlpack_dtype(x))):
         try:
             return from_dlpack(x, ctx)
-        except DLPackError:  # not viewable (strides, device): copied below
+        except Exception:  # noqa: B902 (not viewable: strides, device, a producer's refusal): copied below
             pass
     if np is None:
         return tensor(x, dtype=dtype, ctx=ctx)

@@ -81,6 +81,31 @@ def test_dp_to_dp_and_errors():
         assert dp.from_dlpack(np.ones((0, 3), np.float32)).shape == (0, 3)
 
 
+class _Producer:
+    """A DLPack producer that is not a NumPy array (as a torch tensor is not)."""
+
+    def __init__(self, a):
+        self.a, self.dtype = a, a.dtype
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __array__(self, dtype=None):
+        return np.asarray(self.a, dtype)
+
+
+@pytest.mark.skipif(not NP_DLPACK, reason='NumPy without __dlpack__')
+def test_as_tensor_views_a_dlpack_producer():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = dp.as_tensor(_Producer(a))
+    assert t.data_ptr == a.ctypes.data  # viewed, not copied
+    b = np.arange(6, dtype=np.float32).reshape(3, 2).T  # not contiguous: copied instead
+    assert dp.as_tensor(_Producer(b)).numpy().tolist() == b.tolist()
+
+
 TORCH = os.environ.get('DP_TORCH_PYTHON', '/tmp/torchenv/bin/python')
 TORCH_SCRIPT = r'''
 import gc, sys

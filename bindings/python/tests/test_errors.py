@@ -65,6 +65,7 @@ CASES = [
      TypeError),
     ('train_step on uint8 inputs (unscaled pixels)', lambda f: f['group'].train_step(
         f['optimizer'], np.full((2, 5), 255, np.uint8), [0, 1]), dp.ArgumentTypeError, TypeError),
+    ('forward on a list of ints', lambda f: f['group']([[1, 2, 3, 4, 5]]), dp.ArgumentTypeError, TypeError),
     ('forward on an int64 dp tensor', lambda f: f['group'](dp.tensor(np.zeros((2, 5), np.int64))),
      dp.ArgumentTypeError, TypeError),
     ('DataLoader(None)', lambda f: dp.DataLoader(None), dp.ArgumentTypeError, TypeError),

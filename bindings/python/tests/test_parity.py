@@ -190,6 +190,16 @@ def test_optimizer_param_groups_lr_writes_through():
     with pytest.raises(dp.InvalidArgumentError):
         opt.param_groups[0]['lr'] = -1
     assert type(opt.state_dict()['param_groups'][0]) is dict
+    pg = opt.param_groups[0]
+    pg |= {'lr': 0.125}  # dict's in-place union skips __setitem__: written through all the same
+    assert opt.lr == 0.125
+    opt.lr = 0.0625
+    assert pg['lr'] == 0.0625 and pg.get('lr') == 0.0625  # read live, not as made
+    with pytest.raises(dp.InvalidArgumentError):
+        pg.pop('lr')
+    with pytest.raises(dp.InvalidArgumentError):
+        pg.update(lr=0.5, momentum=0.5)  # all checked first: nothing written
+    assert opt.lr == 0.0625
     assert dp.SGD(net).lr == dp.Adam(net).lr == 1e-3  # PyTorch's default lr
     _, _, sched = _trained('sgd', 2, schedule={'type': 'step', 'step_size': 1, 'gamma': 0.5})
     with pytest.raises(dp.InvalidArgumentError, match='initial_lr'):

@@ -191,6 +191,7 @@ class CpuEngine final : public Engine {
   void zero_grad() override {
     std::vector<float>& g = model_.mutable_grads();
     std::fill(g.begin(), g.end(), 0.0f);
+    model_.has_grads = false;
   }
 
   void optimizer_step(Optimizer& opt) override {

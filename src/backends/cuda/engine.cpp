@@ -553,6 +553,7 @@ void CudaEngine::zero_grad() {
     DP_CUDA_CHECK(cudaEventRecord(s.updated, main_stream(s)));
   }
   device_newer_ = true;
+  model_.has_grads = false;
 }
 
 void CudaEngine::optimizer_to_host(Optimizer& opt) {

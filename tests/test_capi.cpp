@@ -236,43 +236,38 @@ TEST_CASE("optimizer_step without a backward since zero_grad (or creation) is no
   dp_model* m = f.model(kMlp);
   dp_group* g = nullptr;
   DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
-  int64_t n = 0;
-  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
-  std::vector<float> p0(n), p1(n);
-  DP_REQUIRE_OK(dp_model_copy_parameters(m, p0.data(), n));
+  TestRng rng(4);
+  std::vector<float> x(6 * 4), go(6 * 3);
+  for (float& v : x) v = rng.uniform(-1, 1);
+  for (float& v : go) v = rng.uniform(-1, 1);
+  dp_tensor* in = make_f32(f.ctx, x, {6, 4});
+  dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
+  auto forward_backward = [&](dp_group* on) {
+    dp_tensor* out = nullptr;
+    DP_REQUIRE_OK(dp_group_forward(on, in, &out));
+    DP_REQUIRE_OK(dp_group_backward(on, gout));
+    dp_tensor_destroy(out);
+  };
   for (const char* cfg : {R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.1})",
                           R"({"type": "adamw", "lr": 0.1})"}) {
     CAPTURE(cfg);
     dp_optimizer* opt = nullptr;
     DP_REQUIRE_OK(dp_optimizer_create(g, cfg, &opt));
     int64_t steps = -1;
-    DP_REQUIRE_OK(dp_optimizer_step(opt));  // nothing since the group was made
-    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
-    CHECK(p1 == p0);
+    std::vector<float> p = params_of(m);
+    DP_REQUIRE_OK(dp_optimizer_step(opt));  // nothing since the group was made (or the last config's zero_grad)
+    CHECK(params_of(m) == p);
     DP_REQUIRE_OK(dp_optimizer_steps(opt, &steps));
     CHECK(steps == 0);
-    TestRng rng(4);
-    std::vector<float> x(6 * 4), go(6 * 3);
-    for (float& v : x) v = rng.uniform(-1, 1);
-    for (float& v : go) v = rng.uniform(-1, 1);
-    dp_tensor* in = make_f32(f.ctx, x, {6, 4});
-    dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
-    dp_tensor* out = nullptr;
-    DP_REQUIRE_OK(dp_group_forward(g, in, &out));
-    DP_REQUIRE_OK(dp_group_backward(g, gout));
+    forward_backward(g);
     DP_REQUIRE_OK(dp_optimizer_step(opt));
-    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
-    CHECK(p1 != p0);
+    CHECK(params_of(m) != p);
     DP_REQUIRE_OK(dp_group_zero_grad(g));
-    p0 = p1;
+    p = params_of(m);
     DP_REQUIRE_OK(dp_optimizer_step(opt));  // zeroed since: no step
-    DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
-    CHECK(p1 == p0);
+    CHECK(params_of(m) == p);
     DP_REQUIRE_OK(dp_optimizer_steps(opt, &steps));
     CHECK(steps == 1);
-    dp_tensor_destroy(out);
-    dp_tensor_destroy(in);
-    dp_tensor_destroy(gout);
     dp_optimizer_destroy(opt);
   }
   // The gradients are the model's: zeroed through another group of it, a
@@ -281,19 +276,14 @@ TEST_CASE("optimizer_step without a backward since zero_grad (or creation) is no
   DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g2));
   dp_optimizer* opt = nullptr;
   DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1, "weight_decay": 0.1})", &opt));
-  std::vector<float> x(6 * 4, 0.5f), go(6 * 3, 0.25f);
-  dp_tensor* in = make_f32(f.ctx, x, {6, 4});
-  dp_tensor* gout = make_f32(f.ctx, go, {6, 3});
-  dp_tensor* out = nullptr;
-  DP_REQUIRE_OK(dp_group_forward(g, in, &out));
-  DP_REQUIRE_OK(dp_group_backward(g, gout));
+  forward_backward(g);
   DP_REQUIRE_OK(dp_group_zero_grad(g2));
-  DP_REQUIRE_OK(dp_model_copy_parameters(m, p0.data(), n));
+  const std::vector<float> p = params_of(m);
   DP_REQUIRE_OK(dp_optimizer_step(opt));
-  DP_REQUIRE_OK(dp_model_copy_parameters(m, p1.data(), n));
-  CHECK(p1 == p0);
-  for (dp_tensor* t : {in, gout, out}) dp_tensor_destroy(t);
+  CHECK(params_of(m) == p);
   dp_optimizer_destroy(opt);
+  dp_tensor_destroy(in);
+  dp_tensor_destroy(gout);
   dp_group_destroy(g2);
   dp_group_destroy(g);
   dp_model_destroy(m);

@@ -2,6 +2,7 @@
 // tensor, negative ones from the end (as torch's); neither may be the batch
 // dim.
 #include <cstring>
+#include <utility>
 
 #include "layers/builtin.h"
 #include "layers/flatten.h"
@@ -48,9 +49,8 @@ std::unique_ptr<Layer> make_flatten(Args& a) {
   const int64_t most = DP_MAX_DIMS + 1;  // dims of the batched tensor
   l->start_ = a.integer("start_dim", 1, -most, most);
   l->end_ = a.integer("end_dim", -1, -most, most);
-  for (const char* key : {"start_dim", "end_dim"})
-    if ((key[0] == 's' ? l->start_ : l->end_) == 0)
-      fail(DP_ERR_MODEL, a.path_of(key) + ": expected a dim other than 0 (the batch), got 0");
+  for (const auto& [key, dim] : {std::pair{"start_dim", l->start_}, std::pair{"end_dim", l->end_}})
+    if (dim == 0) fail(DP_ERR_MODEL, a.path_of(key) + ": expected a dim other than 0 (the batch), got 0");
   return l;
 }
 

@@ -138,6 +138,21 @@ with tempfile.TemporaryDirectory() as tmp:
     r2 = run('train', 'mlp.json', *common, '--epochs', '2', '--resume', 'mid.ckpt')
     expect(r1.returncode == 0 and r2.returncode == 0 and last_json(r2.stdout)['train_loss'] == out['train_loss'],
            'resumed mid-epoch: the final train_loss is the straight run\'s', r1.stderr + r2.stdout + r.stdout)
+    # Stopped after an epoch's last batch (32 batches an epoch), before its evaluation: the resumed
+    # run ends that epoch first (its log line and figures as the straight run's), then goes on.
+    r1 = run('train', 'mlp.json', *common, '--epochs', '2', '--max-steps', '32', '--save', 'end.ckpt')
+    r2 = run('train', 'mlp.json', *common, '--epochs', '2', '--resume', 'end.ckpt', '--save', 'end.ckpt',
+             '--log', 'end.jsonl')
+    ended = [json.loads(line) for line in open('end.jsonl')] if r2.returncode == 0 else []
+    straight = [json.loads(line) for line in lines]
+    same = lambda a, b: {k: v for k, v in a.items() if k != 'samples_per_second'} == \
+        {k: v for k, v in b.items() if k != 'samples_per_second'}
+    expect(r1.returncode == 0 and '32 batches per epoch' in r1.stderr and len(ended) == 2 and
+           all(same(e, s) for e, s in zip(ended, straight)) and 'epoch 1/2: train loss' in r2.stderr,
+           'resumed after an epoch\'s last batch: that epoch ends in the resumed run, as in the straight one',
+           r1.stderr + r2.stderr + str(ended) + str(straight))
+    c, e = safetensors_tensors('a.ckpt'), safetensors_tensors('end.ckpt')
+    expect(c.keys() == e.keys() and all(c[k] == e[k] for k in c), 'and is bitwise the straight run at its end')
     # The cosine schedule spans --epochs: resuming with others changes its course, and says so.
     r1 = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', 'cosine', '--save', 'cos.ckpt')
     half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]

@@ -330,11 +330,6 @@ static int train(const TrainOptions& o) {
   check(dp_loader_num_batches(train_loader.get(), &batches), "loader");
   check(dp_loader_position(train_loader.get(), &epoch, &batch), "loader");
   check(dp_dataset_length(data.train.get(), &samples_in_set), "training data");
-  if (batch >= batches) {  // saved at the end of an epoch: continue with the next one
-    ++epoch;
-    batch = 0;
-    check(dp_loader_seek(train_loader.get(), epoch, batch), "loader");
-  }
   int global_devices = ndev, first_device = 0;
   check(dp_group_global_devices(group.get(), &global_devices, &first_device), "devices");
   if (lead)
@@ -359,32 +354,43 @@ static int train(const TrainOptions& o) {
   };
   auto closes_step = [&](int64_t i) { return (i + 1) % K == 0 || i + 1 == batches; };
   int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
-
-  const nlohmann::json record = run_record(o, data, devices, world);
-  TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
   // The epoch's training loss so far (its mean is the epoch's train_loss):
   // kept in a checkpoint saved inside an epoch, so that a run resumed there
   // reports the whole epoch's mean, not that of the steps after the resume.
+  // A run stopped (--max-steps, Ctrl-C) after an epoch's last batch saves it
+  // too, and the run resumed there ends that epoch first: its train loss,
+  // evaluation, log line and checkpoint. Without it (an older checkpoint)
+  // the resumed run goes on with the next epoch. (Every process reads the
+  // checkpoint, so all of a group decide alike.)
+  const nlohmann::json resumed = o.resume.empty() ? nlohmann::json() : checkpoint_metadata(o.resume, "--resume");
+  const nlohmann::json part = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "epoch_loss");
+  const bool resumed_part = batch > 0 && part.is_object() && part.value("step", int64_t(-1)) == global_step;
+  if (batch >= batches && !resumed_part) {  // an epoch that ended before the checkpoint: go on with the next one
+    ++epoch;
+    batch = 0;
+    check(dp_loader_seek(train_loader.get(), epoch, batch), "loader");
+  }
+
+  const nlohmann::json record = run_record(o, data, devices, world);
+  TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
   double epoch_loss_sum = 0;
   int64_t epoch_loss_rows = 0;
+  if (resumed_part) {
+    epoch_loss_sum = part.value("sum", 0.0);
+    epoch_loss_rows = part.value("rows", int64_t(0));
+  }
   if (!o.resume.empty() && lead) {
-    const nlohmann::json resumed = checkpoint_metadata(o.resume, "--resume");
     nlohmann::json now = record["training"];
     now["data"] = record["data"];
     now["seed"] = record["seed"];
     note_changed_settings(resumed, now);
     restore_history(resumed, global_step, &chart);
-    const nlohmann::json part = meta_value(resumed, "epoch_loss");
-    if (batch > 0 && part.is_object() && part.value("step", int64_t(-1)) == global_step) {
-      epoch_loss_sum = part.value("sum", 0.0);
-      epoch_loss_rows = part.value("rows", int64_t(0));
-    }
   }
   auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
     meta["history"] = history_json(chart);
-    if (batch > 0 && batch < batches)  // inside an epoch
+    if (batch > 0)  // inside an epoch, or after its last batch before its end (--max-steps, Ctrl-C)
       meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}};
     if (extra.is_object()) meta.update(extra);
     check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), path);

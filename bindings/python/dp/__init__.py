@@ -35,6 +35,7 @@ from ._model import Model, DataParallel, Group, IncompatibleKeys, save_weights, 
 from ._optim import Optimizer, SGD, Adam, AdamW
 from ._data import Dataset, FASHION_MNIST_DIR, FASHION_MNIST_NORMALIZE, FashionMNIST, DataLoader
 from ._checkpoint import save_checkpoint, load_checkpoint, checkpoint_metadata
+from . import lr_scheduler  # torch.optim.lr_scheduler's schedulers: dp.lr_scheduler.StepLR(opt, ...)
 from ._distributed import (ProcessGroup, DistributedDataParallel, init_process_group, is_initialized, get_rank,
                            get_world_size, get_local_rank, barrier, request_stop, stop_requested,
                            destroy_process_group)
@@ -45,7 +46,7 @@ __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeErr
            'StateDictError', 'save_weights', 'load_weights', 'IncompatibleKeys',
            'Context', 'default_context', 'load_plugin', 'Model', 'Tensor', 'tensor', 'zeros', 'from_numpy',
            'as_tensor', 'from_dlpack', 'DataParallel', 'Group',
-           'Optimizer', 'SGD', 'Adam', 'AdamW', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
+           'Optimizer', 'SGD', 'Adam', 'AdamW', 'lr_scheduler', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
            'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path', 'ProcessGroup',
            'DistributedDataParallel', 'init_process_group', 'is_initialized', 'get_rank', 'get_world_size',
            'get_local_rank', 'barrier', 'request_stop', 'stop_requested', 'destroy_process_group']

@@ -31,6 +31,7 @@ class Optimizer:
         self._base_lr = self.lr
         self._scheduled = False
         self._scaler_cfg = None
+        self._initial_lr = None  # a dp.lr_scheduler's "initial_lr": the lr before the first scheduler
 
     def __del__(self):
         _destroy(self, _lib.optimizer_destroy if _lib else None)
@@ -169,6 +170,8 @@ class Optimizer:
         g.update(self._hyperparameters())
         if self._scheduled:
             g['initial_lr'] = self._base_lr
+        elif self._initial_lr is not None:  # a dp.lr_scheduler scheduler's
+            g['initial_lr'] = self._initial_lr
         g['params'] = list(range(len(self._param_shapes())))
         return [_ParamGroup(self, g)]
 
@@ -309,6 +312,8 @@ class Optimizer:
             cfg = self._scaler_cfg or {}
             sc = (float(cfg.get('init_scale', 2.0 ** 16)), 0, 0)  # afresh
         lr = group.get('initial_lr', group.get('lr')) if self._scheduled else group.get('lr')
+        with _converting('Optimizer.load_state_dict: initial_lr'):
+            initial = None if self._scheduled or group.get('initial_lr') is None else float(group['initial_lr'])
         # All checked but the scaler's values (checked first by libdp); then write.
         _check(_lib.optimizer_set_grad_scaler_state(self._h, *sc))
         for kind, parts in staged.items():
@@ -317,6 +322,8 @@ class Optimizer:
         _check(_lib.optimizer_set_steps(self._h, steps))
         if lr is not None and lr != self._base_lr:
             self.lr = lr
+        if initial is not None:  # a dp.lr_scheduler's, as PyTorch's param_groups keep it
+            self._initial_lr = initial
 
 
 class _ParamGroup(dict):
@@ -337,6 +344,8 @@ class _ParamGroup(dict):
             return self._opt.lr
         if key == 'initial_lr' and self._opt._scheduled:
             return self._opt._base_lr
+        if key == 'initial_lr' and self._opt._initial_lr is not None:
+            return self._opt._initial_lr
         return super().__getitem__(key)
 
     def get(self, key, default=None):
@@ -344,7 +353,7 @@ class _ParamGroup(dict):
 
     def _check(self, key, value):
         """What writing value to key does: True to write through, False for no change."""
-        if key == self._live():
+        if key == self._live() or (key == 'initial_lr' and key in self):  # (a dp.lr_scheduler's, settable)
             return True
         try:
             same = key in self and bool(self[key] == value)
@@ -361,7 +370,12 @@ class _ParamGroup(dict):
                                    'over); only "lr" changes')
 
     def __setitem__(self, key, value):
-        if self._check(key, value):
+        if not self._check(key, value):
+            return
+        if key == 'initial_lr' and not self._opt._scheduled:  # a dp.lr_scheduler's
+            self._opt._initial_lr = _float(value, 'initial_lr')
+            super().__setitem__(key, self._opt._initial_lr)
+        else:
             self._opt.lr = value  # checked there; under a schedule, its base lr
             super().__setitem__(key, self._opt._base_lr if self._opt._scheduled else self._opt.lr)
 

@@ -337,6 +337,13 @@ DP_API dp_status dp_process_group_local_rank(const dp_process_group* pg, int* lo
 DP_API dp_status dp_process_group_local_world_size(const dp_process_group* pg, int* local_world_size);
 /* Returns once every process has called it. */
 DP_API dp_status dp_process_group_barrier(dp_process_group* pg);
+/* A collective check that every process has the same value of a setting of
+ * its own (a program's flags, say), compared as text: DP_ERR_INVALID_ARGUMENT
+ * on every process when one differs, "rank R's <what> differs from rank 0's:
+ * rank 0 has <value>, rank R has <value>"; DP_ERR_COMM naming the rank that
+ * left or did not call it within the time limit. Goes through the start-up
+ * store, not the collectives, so it is for setting up, not for every step. */
+DP_API dp_status dp_process_group_check_same(dp_process_group* pg, const char* what, const char* value);
 /* Stopping together, e.g. on Ctrl-C in one process's shell (a process that
  * stops alone leaves the others waiting in its next collective until
  * DP_COMM_TIMEOUT). A process asks with dp_process_group_request_stop; the

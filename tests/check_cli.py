@@ -328,6 +328,53 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(p.returncode == 130, 'Ctrl-C exits 130', se)
     expect(os.path.exists('c.ckpt') and last_json(so)['interrupted'] is True, 'Ctrl-C writes the checkpoint', so + se)
     expect(not [f for f in os.listdir('.') if '.tmp' in f], 'no temporary files left', str(os.listdir('.')))
+    # SIGTERM (a batch system's preemption) stops the same way, exit 143; a Ctrl-C after it is the
+    # same stop, not a second one (launchers pass a terminal's Ctrl-C on and send SIGTERM too).
+    p = subprocess.Popen([DP, 'train', 'mlp.json', *common, '--epochs', '1000', '--save', 't.ckpt'],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # (sent together, the kernel hands over SIGINT first: the lower number)
+    p.send_signal(signal.SIGINT)
+    so, se = p.communicate(timeout=60)
+    expect(p.returncode == 143 and 'stopped by SIGTERM' in se, 'SIGTERM exits 143 after the step', se)
+    expect(os.path.exists('t.ckpt') and last_json(so)['interrupted'] is True, 'SIGTERM writes the checkpoint', so + se)
+
+    # Mistakes a shell user makes, said plainly and before any training.
+    r = run('trian', 'mlp.json')
+    expect(r.returncode == 2 and "unknown command 'trian' (did you mean 'train'?)" in r.stderr, 'a misspelt command',
+           r.stderr)
+    r = run('train', 'mlp.json', '--batch-size', '0')
+    expect(r.returncode == 2 and "--batch-size: expected an integer >= 1, got '0'" in r.stderr, 'a range, in words',
+           r.stderr)
+    r = run('train', 'mlp.json', '--data', 'synthetic:64', '--clip-grad-norm', '-1')
+    expect(r.returncode == 2 and 'expected a finite number >= 0' in r.stderr, 'a negative clip norm', r.stderr)
+    for opt in ('--save', '--save-best', '--plot'):
+        r = run('train', 'mlp.json', *common, opt, '/nonexistent-dir/x')
+        expect(r.returncode == 2 and f'{opt}: cannot write /nonexistent-dir/x: the directory /nonexistent-dir does not '
+               'exist' in r.stderr and 'epoch 1' not in r.stderr and not r.stderr.startswith('\n'),
+               f'{opt} in a missing folder: refused before training', r.stderr)
+    r = run('train', 'mlp.json', *common, '--lr-schedule', '{"type": "cosine"')
+    expect(r.returncode == 2 and "--lr-schedule: expected constant, cosine, a schedule's type" in r.stderr,
+           'a broken schedule JSON: said before the data loads', r.stderr)
+    # A type alone takes its defaults; a cosine's T_max left out is the run's steps, as "cosine".
+    r = run('train', 'mlp.json', *common, '--lr-schedule', 'linear', '--max-steps', '3')
+    expect(r.returncode == 0, '--lr-schedule linear: its defaults', r.stderr)
+    r1 = run('train', 'mlp.json', *common, '--lr-schedule', 'cosine', '--save', 'cos1.ckpt')
+    r2 = run('train', 'mlp.json', *common, '--lr-schedule', '{"type": "cosine"}', '--save', 'cos2.ckpt')
+    a, b = safetensors_tensors('cos1.ckpt'), safetensors_tensors('cos2.ckpt')
+    expect(r1.returncode == 0 and r2.returncode == 0 and a == b, '{"type": "cosine"} trains as cosine',
+           r1.stderr + r2.stderr)
+    # A finished run resumed with the same --epochs: nothing to train, and it says so.
+    r = run('train', 'mlp.json', *common, '--resume', 'cos1.ckpt')
+    expect(r.returncode == 0 and 'has trained 1 epoch(s) and --epochs (the run\'s total) is 1' in r.stderr,
+           'resuming a finished run: a note', r.stderr)
+    # Inside an epoch the position counts batches of the checkpoint's batch size: another is refused.
+    r = run('train', 'mlp.json', *common, '--max-steps', '5', '--save', 'b5.ckpt')
+    half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]
+    r = run('train', 'mlp.json', *half, '--resume', 'b5.ckpt')
+    expect(r.returncode == 2 and 'was saved inside an epoch (step 5) with --batch-size 64; resume it with '
+           '--batch-size 64' in r.stderr, 'another batch size inside an epoch: refused', r.stderr)
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

@@ -13,6 +13,8 @@
 
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/blas.h"
 #include "engine/devices.h"
 #include "capi/guard.h"
@@ -555,8 +557,11 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   dp::Model& model = g->group->model();
   o->opt = dp::Optimizer::from_json(json_config, model.num_params(), model.memory_limit, model.held_total());
   o->hold_state();
-  // Every process must update alike (the JSON as given: the same file or string everywhere).
-  if (dp::ProcessGroup* pg = g->group->process_group()) pg->check_same("optimizer config", json_config);
+  // Every process must update alike: the same config, however spelt (compared as parsed).
+  if (dp::ProcessGroup* pg = g->group->process_group()) {
+    const nlohmann::json parsed = nlohmann::json::parse(json_config, nullptr, false, /*ignore_comments=*/true);
+    pg->check_same("optimizer config", parsed.is_discarded() ? std::string(json_config) : parsed.dump());
+  }
   for (const auto& st : o->opt->state()) o->state_names.push_back(st.first);
   *out = o.release();
   DP_GUARD_END

@@ -57,6 +57,13 @@ dp_status dp_process_group_barrier(dp_process_group* pg) {
   DP_GUARD_END
 }
 
+dp_status dp_process_group_check_same(dp_process_group* pg, const char* what, const char* value) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(pg && what && value, "pg, what and value must not be NULL");
+  pg->pg->check_same(what, value);
+  DP_GUARD_END
+}
+
 dp_status dp_process_group_request_stop(dp_process_group* pg) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(pg, "pg is NULL");

@@ -9,18 +9,21 @@
 //   --plugin PATH (repeatable) on train, eval, bench and export loads a plugin first
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input (the
-// reason on stderr), 130 stopped by Ctrl-C (after the current step, with a
-// checkpoint when --save is given).
+// reason on stderr), 130 stopped by Ctrl-C and 143 by SIGTERM (after the
+// current step, with a checkpoint when --save is given).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -50,20 +53,42 @@ static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths)
   for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), "--plugin " + p);
 }
 
-static volatile std::sig_atomic_t g_stop = 0;
+static volatile std::sig_atomic_t g_stop = 0;  // the signal that asked to stop (SIGINT, SIGTERM), or 0
 static int g_rank = -1;  // in a process group: this process's rank (errors name it)
-// The first Ctrl-C stops after the current step (in a process group: every
-// process after the same step, dp_process_group_request_stop); a second one
-// ends the process at once, as the default action would.
-static void on_sigint(int) {
+// The first Ctrl-C (or SIGTERM: a batch system's preemption, Kubernetes'
+// pod deletion) stops after the current step, with a checkpoint (in a
+// process group: every process after the same step,
+// dp_process_group_request_stop); a second one of the same kind ends the
+// process at once, as the default action would. The other kind does not:
+// launchers pass a terminal's Ctrl-C on and then send SIGTERM themselves
+// (torchrun within milliseconds), which must not cost the checkpoint.
+static void on_stop_signal(int sig) {
   if (g_stop) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+    if (g_stop != sig) return;  // already stopping
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
     return;
   }
-  g_stop = 1;
-  static const char msg[] = "\ndp: Ctrl-C: stopping after this step (Ctrl-C again to quit at once)\n";
-  if (::write(2, msg, sizeof msg - 1) < 0) return;  // async-signal-safe, unlike stdio
+  g_stop = sig;
+  static const char msg_int[] = "\ndp: Ctrl-C: stopping after this step (Ctrl-C again to quit at once)\n";
+  static const char msg_term[] = "\ndp: SIGTERM: stopping after this step (a second one quits at once)\n";
+  const bool term = sig == SIGTERM;
+  if (::write(2, term ? msg_term : msg_int, (term ? sizeof msg_term : sizeof msg_int) - 1) < 0) return;  // async-signal-safe
+}
+
+// An output file that cannot be written is refused before training, not
+// when the run first writes it (an epoch, or the whole run, later).
+static void check_writable(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " is not writable");
 }
 
 static Model load_model(dp_context* ctx, const std::string& path) {
@@ -287,23 +312,69 @@ static void note_blas_kernel(const std::string& devices) {
   std::fprintf(stderr, "dp: note: the CPU devices run on %s (README, \"CPU speed\")\n", of ? of + 4 : cpu);
 }
 
+// --lr-schedule as a schedule's JSON (null: constant): "cosine" or any
+// type alone ("linear": its defaults), or the JSON object; read before the
+// data loads, so that a typo fails at once.
+static nlohmann::json lr_schedule_json(const std::string& text) {
+  if (text == "constant") return nullptr;
+  if (text.find_first_of("{[\"") == std::string::npos) return {{"type", text}};
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false, /*ignore_comments=*/true);
+  if (j.is_discarded() || !j.is_object())
+    throw Failure(kUsage, "--lr-schedule: expected constant, cosine, a schedule's type (linear, step, multistep, "
+                          "cosine_warmup, onecycle) or its JSON object, got '" + text + "'");
+  return j;
+}
+
+// The run's length where a schedule needs it and the user left it out (as
+// "cosine" alone always did): cosine's T_max, onecycle's and
+// cosine_warmup's total_steps are all the run's optimizer steps.
+static void fill_schedule_length(nlohmann::json& schedule, int64_t total_steps) {
+  const auto type = schedule.find("type");
+  if (type == schedule.end() || !type->is_string()) return;  // libdp says what is wrong
+  if (*type == "cosine" && !schedule.contains("T_max")) schedule["T_max"] = total_steps;
+  if ((*type == "onecycle" || *type == "cosine_warmup") && !schedule.contains("total_steps"))
+    schedule["total_steps"] = total_steps;
+}
+
 static int train(const TrainOptions& o) {
   // Installed first: a Ctrl-C while the data loads must still stop cleanly.
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  // A launcher that exits on Ctrl-C (mpirun) closes the pipes of our stderr:
+  // a write there then fails (EPIPE) instead of killing the process before
+  // its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
+  nlohmann::json schedule = lr_schedule_json(o.lr_schedule);
+  // Under torchrun, mpirun or srun: one group over every process's devices,
+  // each process reading its own rows of each batch; rank 0 reports and
+  // writes the checkpoints and files. Joined first, so that a process that
+  // fails on its own input (a data folder or model missing on its machine)
+  // leaves the group, and the others learn it at once instead of after
+  // DP_COMM_TIMEOUT.
+  const Launch launch = join_if_launched();
+  const int rank = launch.rank, world = launch.world;
+  dp_process_group* pg = launch.pg.get();
+  if (pg) g_rank = rank;
+  const bool lead = rank == 0;
+  if (pg) {  // what each process reads from its own flags and libdp does not compare
+    nlohmann::json resume_step;
+    if (!o.resume.empty()) resume_step = meta_value(checkpoint_metadata(o.resume, "--resume"), "step");
+    const nlohmann::json mine = {{"--epochs", o.epochs},          {"--max-steps", o.max_steps},
+                                 {"--save", !o.save.empty()},     {"--save-best", !o.save_best.empty()},
+                                 {"--best-metric", o.best_metric}, {"--resume (its step)", o.resume.empty() ? nlohmann::json(false) : resume_step}};
+    check(dp_process_group_check_same(pg, "set of dp train flags", mine.dump().c_str()), "process group");
+  }
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, o.model);
   Data data = open_data(c, o.data, model.get(), static_cast<uint64_t>(o.seed));
-  // Under torchrun, mpirun or srun: one group over every process's devices,
-  // each process reading its own rows of each batch; rank 0 reports and
-  // writes the checkpoints and files.
-  const Launch launch = join_if_launched();
-  const int rank = launch.rank, world = launch.world;
-  dp_process_group* pg = launch.pg.get();
-  if (pg) g_rank = rank;
-  const bool lead = rank == 0;
+  if (lead) {  // rank 0 writes them
+    check_writable(o.save, "--save");
+    check_writable(o.save_best, "--save-best");
+    check_writable(o.plot, "--plot");
+  }
   std::string devices = resolve_devices(o.devices, launch.local_processes, launch.local_rank);
   Group group = make_group(model.get(), devices, o.threads, pg);
   dp_optimizer* op = nullptr;
@@ -317,6 +388,17 @@ static int train(const TrainOptions& o) {
   if (pg) {
     check(dp_loader_shard(train_loader.get(), group.get()), "training data");
     check(dp_loader_shard(test_loader.get(), group.get()), "test data");
+  }
+  // Every process reads the checkpoint's record, so all of a group decide alike below.
+  const nlohmann::json resumed = o.resume.empty() ? nlohmann::json() : checkpoint_metadata(o.resume, "--resume");
+  const nlohmann::json part = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "epoch_loss");
+  if (part.is_object()) {  // saved inside an epoch: its position counts batches of the batch size it ran with
+    const nlohmann::json was = meta_value(resumed, "training");
+    if (was.is_object() && was.contains("batch_size") && was["batch_size"] != o.batch_size)
+      throw Failure(kUsage, "--resume: " + o.resume + " was saved inside an epoch (step " +
+                                part.value("step", nlohmann::json()).dump() + ") with --batch-size " +
+                                was["batch_size"].dump() + "; resume it with --batch-size " + was["batch_size"].dump() +
+                                " (a checkpoint written at an epoch's end may go on with another)");
   }
   if (!o.resume.empty()) check(dp_checkpoint_load(o.resume.c_str(), group.get(), opt.get(), train_loader.get()), "--resume");
   std::ofstream log;
@@ -334,8 +416,8 @@ static int train(const TrainOptions& o) {
   check(dp_group_global_devices(group.get(), &global_devices, &first_device), "devices");
   if (lead)
     std::fprintf(stderr, "dp: training %s on %s over %d device(s) (%s%s), batch %lld%s, %lld batches per epoch\n",
-                 o.model.c_str(), data.name.c_str(), global_devices, devices.c_str(),
-                 world > 1 ? (" on each of " + std::to_string(world) + " processes").c_str() : "",
+                 o.model.c_str(), data.name.c_str(), global_devices,
+                 world > 1 ? (std::to_string(world) + " processes; rank 0's: ").c_str() : "", devices.c_str(),
                  (long long)o.batch_size,
                  o.accumulate > 1 ? (", " + std::to_string(o.accumulate) + " accumulated per step").c_str() : "",
                  (long long)batches);
@@ -360,16 +442,16 @@ static int train(const TrainOptions& o) {
   // A run stopped (--max-steps, Ctrl-C) after an epoch's last batch saves it
   // too, and the run resumed there ends that epoch first: its train loss,
   // evaluation, log line and checkpoint. Without it (an older checkpoint)
-  // the resumed run goes on with the next epoch. (Every process reads the
-  // checkpoint, so all of a group decide alike.)
-  const nlohmann::json resumed = o.resume.empty() ? nlohmann::json() : checkpoint_metadata(o.resume, "--resume");
-  const nlohmann::json part = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "epoch_loss");
+  // the resumed run goes on with the next epoch.
   const bool resumed_part = batch > 0 && part.is_object() && part.value("step", int64_t(-1)) == global_step;
   if (batch >= batches && !resumed_part) {  // an epoch that ended before the checkpoint: go on with the next one
     ++epoch;
     batch = 0;
     check(dp_loader_seek(train_loader.get(), epoch, batch), "loader");
   }
+  if (!o.resume.empty() && epoch >= o.epochs && lead)
+    std::fprintf(stderr, "dp: note: %s has trained %lld epoch(s) and --epochs (the run's total) is %lld: nothing to "
+                 "train; give a larger --epochs to go on\n", o.resume.c_str(), (long long)epoch, (long long)o.epochs);
 
   const nlohmann::json record = run_record(o, data, devices, world);
   TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
@@ -386,28 +468,27 @@ static int train(const TrainOptions& o) {
     note_changed_settings(resumed, now);
     restore_history(resumed, global_step, &chart);
   }
-  auto save_to = [&](const std::string& path, const nlohmann::json& extra) {
+  auto save_to = [&](const std::string& path, const char* option, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
     meta["history"] = history_json(chart);
     if (batch > 0)  // inside an epoch, or after its last batch before its end (--max-steps, Ctrl-C)
       meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}};
     if (extra.is_object()) meta.update(extra);
-    check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), path);
+    check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), option);
   };
   auto save = [&] {
-    if (!o.save.empty()) save_to(o.save, {});
+    if (!o.save.empty()) save_to(o.save, "--save", {});
   };
 
   // --lr-schedule: "cosine" is torch's CosineAnnealingLR over all steps
-  // (eta_min 0); JSON, any schedule of dp_optimizer_set_lr_schedule. A
-  // function of the optimizer's steps, so a resumed run follows the same curve.
-  if (o.lr_schedule == "cosine")
-    check(dp_optimizer_set_lr_schedule(opt.get(), ("{\"type\": \"cosine\", \"T_max\": " +
-                                                   std::to_string(std::max<int64_t>(1, o.epochs * steps_per_epoch)) + "}").c_str()),
-          "--lr-schedule");
-  else if (o.lr_schedule != "constant")
-    check(dp_optimizer_set_lr_schedule(opt.get(), o.lr_schedule.c_str()), "--lr-schedule");
+  // (eta_min 0); any schedule of dp_optimizer_set_lr_schedule, its length
+  // the run's where left out. A function of the optimizer's steps, so a
+  // resumed run follows the same curve.
+  if (schedule.is_object()) {
+    fill_schedule_length(schedule, std::max<int64_t>(1, o.epochs * steps_per_epoch));
+    check(dp_optimizer_set_lr_schedule(opt.get(), schedule.dump().c_str()), "--lr-schedule");
+  }
 
   Progress progress;
   // Evaluations (each epoch's end, and every --eval-every steps): logged,
@@ -421,7 +502,7 @@ static int train(const TrainOptions& o) {
     if (!(higher_is_better ? v > best : v < best)) return;
     best = v;
     best_step = global_step;
-    save_to(o.save_best, {{"best", {{"metric", o.best_metric}, {"value", v}, {"step", global_step}, {"epoch", epoch_at}}}});
+    save_to(o.save_best, "--save-best", {{"best", {{"metric", o.best_metric}, {"value", v}, {"step", global_step}, {"epoch", epoch_at}}}});
     if (lead)
       progress.line("dp: best " + o.best_metric + " so far, " + json_num(v) + " at step " + std::to_string(global_step) +
                     ": checkpoint written to " + o.save_best);
@@ -529,13 +610,15 @@ static int train(const TrainOptions& o) {
   if (interrupted || step_limit) {
     save();
     if (lead)
-      progress.line(std::string(interrupted ? "dp: stopped by Ctrl-C" : "dp: stopped after --max-steps") +
+      progress.line(std::string(!interrupted ? "dp: stopped after --max-steps" : g_stop == SIGTERM ? "dp: stopped by SIGTERM"
+                                                                                                : "dp: stopped by Ctrl-C") +
                     (interrupted && pg ? " (on " + std::to_string(stopping) + " of " + std::to_string(world) + " processes)"
                                        : std::string()) +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
   if (!o.plot.empty() && lead) write_plot(o.plot, chart);
-  if (!lead) return interrupted ? 130 : kOk;
+  const int stopped_code = g_stop == SIGTERM ? 128 + SIGTERM : 128 + SIGINT;  // as the shell reports a signal's end
+  if (!lead) return interrupted ? stopped_code : kOk;
   std::string best_json;
   if (!o.save_best.empty() && best_step >= 0)
     best_json = ", \"best\": {\"metric\": \"" + o.best_metric + "\", \"value\": " + json_num(best) +
@@ -554,7 +637,7 @@ static int train(const TrainOptions& o) {
               (long long)epochs_done, (long long)global_step, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
               json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false",
               best_json.c_str());
-  return interrupted ? 130 : kOk;
+  return interrupted ? stopped_code : kOk;
 }
 
 static int eval(const std::string& model_path, const std::string& ckpt, const std::string& data_spec,
@@ -696,6 +779,58 @@ static int devices() {
 
 }  // namespace dpcli
 
+// Range checks whose messages say what is wanted (CLI11's own print the
+// range as doubles: "Value 0 not in range 0.000000 to 1797693...").
+static CLI::Validator at_least(int64_t least) {
+  return CLI::Validator(
+      [least](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < least)
+          return "expected an integer >= " + std::to_string(least) + ", got '" + text + "'";
+        return std::string();
+      },
+      "INT >= " + std::to_string(least));
+}
+static const CLI::Validator kNonNegativeNumber(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
+        return "expected a finite number >= 0, got '" + text + "'";
+      return std::string();
+    },
+    "NUMBER >= 0");
+
+// "dp trian ...": the command that was meant, instead of CLI11's "A
+// subcommand is required".
+static int unknown_command(const std::string& word, const std::vector<std::string>& known) {
+  auto distance = [](const std::string& a, const std::string& b) {  // Levenshtein
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string list, guess;
+  size_t best = 3;  // at most two edits away
+  for (const auto& k : known) {
+    list += (list.empty() ? "" : ", ") + k;
+    if (distance(word, k) < best) best = distance(word, k), guess = k;
+  }
+  std::fprintf(stderr, "dp: unknown command '%s'%s; the commands: %s (dp --help)\n", word.c_str(),
+               guess.empty() ? "" : (" (did you mean '" + guess + "'?)").c_str(), list.c_str());
+  return dpcli::kUsage;
+}
+
 int main(int argc, char** argv) {
   using namespace dpcli;
   CLI::App app{"dp: data-parallel training of JSON models (nn.DataParallel's semantics)"};
@@ -707,26 +842,28 @@ int main(int argc, char** argv) {
   train_cmd->add_option("model", t.model, "model JSON file")->required()->check(CLI::ExistingFile);
   train_cmd->add_option("--data", t.data, "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | synthetic:N")->capture_default_str();
   train_cmd->add_option("--devices", t.devices, "auto | cpu:0,cpu:1,...")->capture_default_str();
-  train_cmd->add_option("--epochs", t.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
-  train_cmd->add_option("--batch-size", t.batch_size, "batch size (split over the devices)")->check(CLI::PositiveNumber)->capture_default_str();
+  train_cmd->add_option("--epochs", t.epochs, "epochs")->check(at_least(1))->capture_default_str();
+  train_cmd->add_option("--batch-size", t.batch_size, "batch size (split over the devices)")->check(at_least(1))->capture_default_str();
   train_cmd->add_option("--optimizer", t.optimizer, "optimizer JSON")->capture_default_str();
-  train_cmd->add_option("--seed", t.seed, "shuffling seed")->check(CLI::NonNegativeNumber)->capture_default_str();
-  train_cmd->add_option("--workers", t.workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train_cmd->add_option("--seed", t.seed, "the shuffling seed (initial weights and dropout come from the model JSON's \"seed\")")->check(at_least(0))->capture_default_str();
+  train_cmd->add_option("--workers", t.workers, "data-loading threads")->check(at_least(0))->capture_default_str();
   train_cmd->add_option("--threads", t.threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
-  train_cmd->add_option("--max-steps", t.max_steps, "stop after this many steps, without evaluating (benchmarks)")
-      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--max-steps", t.max_steps, "stop after this many optimizer steps of this run (0: no limit), without evaluating; a later --resume goes on")
+      ->check(at_least(0));
   train_cmd->add_option("--lr-schedule", t.lr_schedule,
-                        "constant | cosine (annealed to 0 over all steps) | a schedule's JSON, per step: "
-                        "{\"type\": \"cosine_warmup\", \"warmup_steps\": 100, \"total_steps\": 1000}, linear, step, "
-                        "multistep, cosine, onecycle (dp.h, dp_optimizer_set_lr_schedule)")
+                        "constant | cosine (annealed to 0 over all steps) | a schedule's type alone (its defaults) or JSON, per "
+                        "step: {\"type\": \"cosine_warmup\", \"warmup_steps\": 100}; types linear, step, multistep, "
+                        "cosine, cosine_warmup, onecycle (PyTorch's OneCycleLR with cycle_momentum=False: dp does not "
+                        "cycle momentum); T_max and total_steps default to the run's steps (dp.h, "
+                        "dp_optimizer_set_lr_schedule)")
       ->capture_default_str();
-  train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C)");
+  train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C or SIGTERM)");
   train_cmd->add_option("--resume", t.resume, "checkpoint to continue from")->check(CLI::ExistingFile);
-  train_cmd->add_option("--log", t.log, "append one JSON line per epoch to this file");
+  train_cmd->add_option("--log", t.log, "append a JSON line per epoch (and per --eval-every evaluation) to this file");
   train_cmd->add_option("--plot", t.plot, "write a chart of the run (losses per step and epoch, test accuracy) to this SVG file");
   train_cmd->add_option("--clip-grad-norm", t.clip_grad_norm,
                         "clip the gradients' global 2-norm to this before each step (clip_grad_norm_; 0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   auto* grad_scaler = train_cmd->add_option("--grad-scaler", t.grad_scaler,
                                             "dynamic loss scaling, torch.amp.GradScaler: a step with an inf/NaN gradient "
                                             "is skipped and the scale backs off; alone PyTorch's defaults, or JSON: "
@@ -739,7 +876,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   train_cmd->add_option("--eval-every", t.eval_every, "also evaluate on the test set every N optimizer steps (0: each epoch's end only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   train_cmd->add_option("--save-best", t.save_best, "keep a checkpoint of the best evaluation by --best-metric here");
   train_cmd->add_option("--best-metric", t.best_metric, "test_accuracy (higher is better) | test_loss (lower)")
       ->check(CLI::IsMember({"test_accuracy", "test_loss"}))
@@ -753,8 +890,8 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("checkpoint", e_ckpt, "checkpoint or weights (.safetensors)")->required()->check(CLI::ExistingFile);
   eval_cmd->add_option("--data", e_data, "as for train")->capture_default_str();
   eval_cmd->add_option("--devices", e_devices, "as for train")->capture_default_str();
-  eval_cmd->add_option("--batch-size", e_batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
-  eval_cmd->add_option("--workers", e_workers, "data-loading threads")->check(CLI::NonNegativeNumber)->capture_default_str();
+  eval_cmd->add_option("--batch-size", e_batch, "batch size")->check(at_least(1))->capture_default_str();
+  eval_cmd->add_option("--workers", e_workers, "data-loading threads")->check(at_least(0))->capture_default_str();
   eval_cmd->add_option("--transform", e_transform,
                        "the test inputs' transform JSON (dp_dataset_set_transform); default: what the checkpoint "
                        "records, else --data's normalisation");
@@ -764,8 +901,8 @@ int main(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand("bench", "training samples/s on synthetic data");
   bench_cmd->add_option("model", b_model, "model JSON file")->required()->check(CLI::ExistingFile);
   bench_cmd->add_option("--devices", b_devices, "as for train")->capture_default_str();
-  bench_cmd->add_option("--batch-size", b_batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
-  bench_cmd->add_option("--steps", b_steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--batch-size", b_batch, "batch size")->check(at_least(1))->capture_default_str();
+  bench_cmd->add_option("--steps", b_steps, "timed steps")->check(at_least(1))->capture_default_str();
   bench_cmd->add_option("--threads", b_threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
   bench_cmd->add_option("--optimizer", b_opt, "optimizer JSON")->capture_default_str();
 
@@ -807,6 +944,11 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   }
 
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> known;
+    for (const auto* sub : app.get_subcommands({})) known.push_back(sub->get_name());
+    if (std::find(known.begin(), known.end(), argv[1]) == known.end()) return unknown_command(argv[1], known);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -816,6 +958,8 @@ int main(int argc, char** argv) {
   if (fast) g_allow_tf32 = g_cudnn_benchmark = true;
   if (grad_scaler->count() > 0 && t.grad_scaler.empty()) t.grad_scaler = "{}";  // --grad-scaler alone
   if (g_precision == "fp16" && t.grad_scaler.empty()) t.grad_scaler = "{}";  // fp16 trains with loss scaling
+  // On a terminal the progress line is redrawn in place: an error starts below it.
+  const char* fresh_line = ::isatty(2) ? "\n" : "";
   try {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);
@@ -824,10 +968,10 @@ int main(int argc, char** argv) {
     if (*plugins_cmd) return plugins(p_paths);
     return devices();
   } catch (const Failure& f) {
-    std::fprintf(stderr, "\ndp%s: %s\n", g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", f.what());
+    std::fprintf(stderr, "%sdp%s: %s\n", fresh_line, g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", f.what());
     return f.code;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ndp%s: %s\n", g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", e.what());
+    std::fprintf(stderr, "%sdp%s: %s\n", fresh_line, g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", e.what());
     return kRuntime;
   }
 }

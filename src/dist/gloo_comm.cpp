@@ -293,10 +293,16 @@ void GlooComm::guarded(const char* what, F&& f) {
     // Which peer: the store's server saw its connection close (a second at
     // most to notice; a peer that hangs is not lost, it timed out).
     std::string lost = store_->lost_rank(world_size_, 1.0);
+    // A connection a peer closed (its process ended: an exception, Ctrl-C)
+    // is not a time limit reached; say which it was.
+    const std::string why = e.what();
+    const bool closed = why.find("reset by peer") != std::string::npos || why.find("Broken pipe") != std::string::npos ||
+                        why.find("closed") != std::string::npos;
     abort(std::string(what) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
-          (lost.empty() ? "a peer left, or did not answer within " + seconds_text(timeout_s()) + " (DP_COMM_TIMEOUT)"
-                        : lost + " died or left") +
-          " (" + e.what() + ")");
+          (!lost.empty() ? lost + " died or left"
+           : closed      ? "a peer closed its connection (its process ended or failed: its output says why)"
+                         : "a peer left, or did not answer within " + seconds_text(timeout_s()) + " (DP_COMM_TIMEOUT)") +
+          " (" + why + ")");
     wait(rank_);
   }
 }

@@ -261,7 +261,8 @@ class TcpStore::Server {
             else if (!data_.count("dp/abort"))
               data_["dp/abort"] = "two processes announced rank " + r +
                                   " (each process of a world needs its own rank: RANK, OMPI_COMM_WORLD_RANK or "
-                                  "SLURM_PROCID differ between them)";
+                                  "SLURM_PROCID differ between them; or two jobs share this MASTER_ADDR:MASTER_PORT: "
+                                  "give each job its own MASTER_PORT)";
           }
           data_[key] = value;
         }

@@ -333,9 +333,13 @@ void Group::check_settings(const Optimizer& opt, bool compare) {
   }
   if (!differ) return;
   const std::string what = "optimizer settings (set_lr, the lr schedule, clip_grad_norm, the grad scaler or the steps "
-                           "set on some ranks only?); no rank updated";
-  procs_->check_same(what, opt.settings_text());
-  fail(DP_ERR_INVALID_ARGUMENT, "the " + what + ": they differ between ranks");
+                           "set on some ranks only?)";
+  try {
+    procs_->check_same(what, opt.settings_text());
+  } catch (const Error& e) {
+    fail(e.status(), std::string(e.what()) + "; no rank updated");
+  }
+  fail(DP_ERR_INVALID_ARGUMENT, "the " + what + " differ between ranks; no rank updated");
 }
 
 void Group::optimizer_step(Optimizer& opt) {

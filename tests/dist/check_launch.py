@@ -180,6 +180,34 @@ res = finish(procs, timeout=60)
 for r, (rc, _, err) in enumerate(res):
     expect(rc != 0 and 'WORLD_SIZE differs' in err, f'differing world sizes: rank {r} refuses', err)
 
+# 4b. A rank failing on its own input (its data folder missing) leaves: the others learn it at
+# once (dp train joins before it reads its data), not after DP_COMM_TIMEOUT (60 here).
+port = free_port()
+args = train_args('--devices', 'cpu:0')
+t0 = time.time()
+procs = [subprocess.Popen(a, env=rank_env(r, 2, port, DP_COMM_TIMEOUT=60), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+         for r, a in enumerate((args, [x if x != 'synthetic:600' else 'mnist:/nonexistent-dir' for x in args]))]
+(rc0, _, err0), (rc1, _, err1) = finish(procs, timeout=120)
+expect(rc0 != 0 and rc1 == 2 and 'rank 1 left the process group' in err0 and time.time() - t0 < 20,
+       f'a rank without its data: rank 0 fails at once naming it ({time.time() - t0:.1f} s)', err0 + err1)
+# Flags that libdp does not see (--max-steps, whether --resume is given) are compared at start;
+# the same optimizer spelt two ways is the same optimizer.
+port = free_port()
+procs = [subprocess.Popen(train_args('--devices', 'cpu:0', '--max-steps', str(5 * (r + 1))),
+                          env=rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         for r in range(2)]
+for r, (rc, _, err) in enumerate(finish(procs, timeout=120)):
+    expect(rc == 2 and "rank 1's set of dp train flags differs from rank 0's" in err and '"--max-steps":10' in err,
+           f'differing --max-steps: rank {r} refuses, naming it', err)
+port = free_port()
+procs = [subprocess.Popen(train_args('--devices', 'cpu:0', '--max-steps', '3', '--optimizer',
+                                     '{"type": "sgd", "lr": 0.05}' if r == 0 else '{"lr":5e-2,"type":"sgd"}'),
+                          env=rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         for r in range(2)]
+res = finish(procs, timeout=120)
+expect(all(rc == 0 for rc, _, _ in res), 'one optimizer config spelt two ways: accepted', res[0][2] + res[1][2])
+
 # 5. Open MPI's mpirun: rank and size from its environment.
 mpirun = shutil.which('mpirun')
 if mpirun:

@@ -623,6 +623,13 @@ DP_API dp_status dp_loader_shard(dp_loader* loader, const dp_group* g);
  * element. On failure the model is unchanged. */
 DP_API dp_status dp_model_load_safetensors(dp_model* m, const char* path);
 DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
+/* The weights for PyTorch: what dp_model_save_safetensors writes, plus a
+ * num_batches_tracked (int64, 0: dp keeps no count) beside each batch
+ * norm's running_var, so that the file holds exactly the keys of PyTorch's
+ * state_dict() for the same architecture and
+ * model.load_state_dict(safetensors.torch.load_file(path)) takes it with
+ * strict=True. Written atomically. */
+DP_API dp_status dp_model_save_weights(const dp_model* m, const char* path);
 /* The model with its current weights as an ONNX file (opset 17, IR version 8)
  * for inference runtimes such as ONNX Runtime: evaluation form (batch norm
  * with its running statistics, dropout removed); input "input" and output

@@ -400,6 +400,8 @@ class Model : public detail::Handle<dp_model, dp_model_destroy> {
   // safetensors weights, by state_dict() names.
   void load_safetensors(const std::string& path) { check(dp_model_load_safetensors(get(), path.c_str())); }
   void save_safetensors(const std::string& path) const { check(dp_model_save_safetensors(get(), path.c_str())); }
+  // The weights for PyTorch's load_state_dict(strict=True) (dp_model_save_weights).
+  void save_weights(const std::string& path) const { check(dp_model_save_weights(get(), path.c_str())); }
   // The model and its weights as an ONNX file (evaluation form; dp_model_export_onnx).
   void export_onnx(const std::string& path) const { check(dp_model_export_onnx(get(), path.c_str())); }
 

@@ -365,6 +365,18 @@ with tempfile.TemporaryDirectory() as tmp:
     a, b = safetensors_tensors('cos1.ckpt'), safetensors_tensors('cos2.ckpt')
     expect(r1.returncode == 0 and r2.returncode == 0 and a == b, '{"type": "cosine"} trains as cosine',
            r1.stderr + r2.stderr)
+    # Weights for PyTorch from a checkpoint: PyTorch's state_dict keys (num_batches_tracked an int64 0), no optimizer.
+    r = run('export', 'mlp.json', 'cos1.ckpt', '--safetensors', 'w.safetensors')
+    w, c = safetensors_tensors('w.safetensors'), safetensors_tensors('cos1.ckpt')
+    model_keys = {'0.weight', '0.bias', '3.weight', '3.bias', '3.running_mean', '3.running_var', '4.weight', '4.bias'}
+    expect(r.returncode == 0 and last_json(r.stdout)['safetensors'] == 'w.safetensors' and
+           set(w) == model_keys | {'3.num_batches_tracked'} and w['3.num_batches_tracked'] == bytes(8) and
+           all(w[k] == c[k] for k in model_keys) and any(k.startswith('optimizer.') for k in c),
+           'export --safetensors: the model\'s tensors and num_batches_tracked, without the optimizer\'s',
+           r.stderr + str(sorted(w)))
+    r = run('export', 'mlp.json', 'cos1.ckpt')
+    expect(r.returncode == 2 and '--onnx FILE, --safetensors FILE, or both' in r.stderr, 'export needs an output',
+           r.stderr)
     # A finished run resumed with the same --epochs: nothing to train, and it says so.
     r = run('train', 'mlp.json', *common, '--resume', 'cos1.ckpt')
     expect(r.returncode == 0 and 'has trained 1 epoch(s) and --epochs (the run\'s total) is 1' in r.stderr,

@@ -66,6 +66,13 @@ dp_status dp_model_save_safetensors(const dp_model* m, const char* path) {
   DP_GUARD_END
 }
 
+dp_status dp_model_save_weights(const dp_model* m, const char* path) {
+  DP_GUARD_BEGIN
+  DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::io::save_weights(*m->model, path, /*with_batch_counts=*/true);
+  DP_GUARD_END
+}
+
 dp_status dp_model_export_onnx(const dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");

@@ -4,6 +4,7 @@
 //   dp eval MODEL.json CKPT --data fashion-mnist
 //   dp bench MODEL.json --devices cpu:0,cpu:1 --batch-size 256 --steps 50
 //   dp export MODEL.json CKPT --onnx model.onnx   (the model and weights for ONNX runtimes)
+//   dp export MODEL.json CKPT --safetensors w.st  (the weights alone, for PyTorch's load_state_dict)
 //   dp devices
 //   dp plugins ./swish.so rms_norm     (loads plugins and lists what they register)
 //   --plugin PATH (repeatable) on train, eval, bench and export loads a plugin first
@@ -680,16 +681,34 @@ static int eval(const std::string& model_path, const std::string& ckpt, const st
 
 // The model with a checkpoint's or weights file's weights as ONNX (evaluation
 // form); the file's path and size as JSON on stdout.
-static int export_model(const std::string& model_path, const std::string& weights, const std::string& onnx) {
+static int export_model(const std::string& model_path, const std::string& weights, const std::string& onnx,
+                        const std::string& safetensors) {
+  if (onnx.empty() && safetensors.empty())
+    throw Failure(kUsage, "export: give --onnx FILE, --safetensors FILE, or both");
+  check_writable(onnx, "--onnx");
+  check_writable(safetensors, "--safetensors");
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   load_plugins(c, g_plugins);
   Context ctx(c);
   Model model = load_model(c, model_path);
   check(dp_model_load_safetensors(model.get(), weights.c_str()), "weights");  // a checkpoint loads as weights
-  check(dp_model_export_onnx(model.get(), onnx.c_str()), "--onnx");
-  std::ifstream written(onnx, std::ios::binary | std::ios::ate);
-  std::printf("%s\n", nlohmann::json{{"onnx", onnx}, {"bytes", static_cast<int64_t>(written.tellg())}}.dump().c_str());
+  auto size_of = [](const std::string& path) {
+    std::ifstream written(path, std::ios::binary | std::ios::ate);
+    return static_cast<int64_t>(written.tellg());
+  };
+  nlohmann::json out = nlohmann::json::object();
+  if (!onnx.empty()) {
+    check(dp_model_export_onnx(model.get(), onnx.c_str()), "--onnx");
+    out["onnx"] = onnx;
+    out["bytes"] = size_of(onnx);
+  }
+  if (!safetensors.empty()) {
+    check(dp_model_save_weights(model.get(), safetensors.c_str()), "--safetensors");
+    out["safetensors"] = safetensors;
+    out["safetensors_bytes"] = size_of(safetensors);
+  }
+  std::printf("%s\n", out.dump().c_str());
   return kOk;
 }
 
@@ -906,14 +925,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", b_threads, "threads per device")->check(CLI::Range(1, 256))->capture_default_str();
   bench_cmd->add_option("--optimizer", b_opt, "optimizer JSON")->capture_default_str();
 
-  std::string x_model, x_weights, x_onnx;
-  auto* export_cmd = app.add_subcommand("export", "write a model with its trained weights for other runtimes (ONNX)");
+  std::string x_model, x_weights, x_onnx, x_safetensors;
+  auto* export_cmd = app.add_subcommand(
+      "export", "write a model with its trained weights for other runtimes (ONNX) or its weights for PyTorch");
   export_cmd->add_option("model", x_model, "model JSON file")->required()->check(CLI::ExistingFile);
   export_cmd->add_option("checkpoint", x_weights, "checkpoint or weights (.safetensors)")->required()->check(CLI::ExistingFile);
   export_cmd->add_option("--onnx", x_onnx,
                          "write this ONNX file (opset 17; evaluation form: batch norm with its running statistics, "
-                         "dropout removed; input \"input\", output \"output\", batch dimension N)")
-      ->required();
+                         "dropout removed; input \"input\", output \"output\", batch dimension N)");
+  export_cmd->add_option("--safetensors", x_safetensors,
+                         "write the weights alone for PyTorch to this file: the keys of its state_dict() "
+                         "(num_batches_tracked included, no optimizer state), for load_state_dict(strict=True)");
 
   app.add_subcommand("devices", "list the devices dp can use");
 
@@ -964,7 +986,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return train(t);
     if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);
     if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
-    if (*export_cmd) return export_model(x_model, x_weights, x_onnx);
+    if (*export_cmd) return export_model(x_model, x_weights, x_onnx, x_safetensors);
     if (*plugins_cmd) return plugins(p_paths);
     return devices();
   } catch (const Failure& f) {

@@ -221,9 +221,16 @@ ScalerState read_scaler_record(const StFile& f, const std::string& text) {
 
 }  // namespace
 
-void save_weights(const Model& model, const std::string& path) {
+void save_weights(const Model& model, const std::string& path, bool with_batch_counts) {
   std::vector<StOut> tensors;
   add_model_tensors(model, tensors);
+  static const int64_t kNoCount = 0;  // PyTorch's count; dp keeps none (momentum=None would use it)
+  std::vector<std::string> counts;    // the names, kept alive until written
+  if (with_batch_counts)
+    for (const NamedTensor& b : model.buffer_info)
+      if (b.name == "running_var" || ends_with(b.name, ".running_var"))
+        counts.push_back(b.name.substr(0, b.name.size() - 11) + "num_batches_tracked");
+  for (const std::string& name : counts) tensors.push_back({name, "I64", {}, &kNoCount});
   write_safetensors(path, tensors, {});
 }
 

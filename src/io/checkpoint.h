@@ -39,7 +39,9 @@
 
 namespace dp::io {
 
-void save_weights(const Model& model, const std::string& path);
+// with_batch_counts: a num_batches_tracked (int64 0) beside each
+// running_var, for PyTorch's strict load (dp_model_save_weights).
+void save_weights(const Model& model, const std::string& path, bool with_batch_counts = false);
 void load_weights(Model& model, const std::string& path);
 
 struct LoaderPosition {

@@ -234,6 +234,29 @@ TEST_CASE("weights: save writes the safetensors format exactly and loads back bi
   CHECK(bitwise_equal(b.buffers(), buffers));
 }
 
+TEST_CASE("weights for PyTorch: state_dict's keys, num_batches_tracked a 0-d int64 0; dp loads them back") {
+  TmpDir dir;
+  Trainer a(kNet, kSgd), b(kNetSeed4, nullptr);
+  a.train(0);
+  const std::string path = dir / "torch.safetensors";
+  CHECK(dp_model_save_weights(nullptr, path.c_str()) == DP_ERR_INVALID_ARGUMENT);
+  DP_REQUIRE_OK(dp_model_save_weights(a.m, path.c_str()));
+  CHECK(dir.files() == std::vector<std::string>{"torch.safetensors"});
+  const std::string bytes = read_bytes(path);
+  const uint64_t n = le64(bytes);
+  const json h = json::parse(bytes.substr(8, n));
+  CHECK(h.size() == 9);  // the 8 of dp_model_save_safetensors, and the batch norm's count
+  REQUIRE(h.contains("1.num_batches_tracked"));
+  CHECK(h["1.num_batches_tracked"]["dtype"] == "I64");
+  CHECK(h["1.num_batches_tracked"]["shape"] == json::array());
+  const auto at = h["1.num_batches_tracked"]["data_offsets"].get<std::vector<uint64_t>>();
+  REQUIRE(at[1] - at[0] == 8);
+  CHECK(bytes.substr(8 + n + at[0], 8) == std::string(8, '\0'));
+  DP_REQUIRE_OK(dp_model_load_safetensors(b.m, path.c_str()));
+  CHECK(bitwise_equal(b.params(), a.params()));
+  CHECK(bitwise_equal(b.buffers(), a.buffers()));
+}
+
 TEST_CASE("weights: a file written by PyTorch loads and computes PyTorch's output") {
   std::ifstream f(std::string(DP_IO_DIR) + "/pytorch_linear.json");
   REQUIRE(f.good());

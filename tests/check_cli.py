@@ -344,6 +344,15 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('trian', 'mlp.json')
     expect(r.returncode == 2 and "unknown command 'trian' (did you mean 'train'?)" in r.stderr, 'a misspelt command',
            r.stderr)
+    r = run('train', 'mlp.json', '--batch_size', '3')
+    expect(r.returncode == 2 and "unknown option '--batch_size' (did you mean '--batch-size'?)" in r.stderr,
+           'an option spelt with underscores', r.stderr)
+    r = run('train', 'mlp.json', '--lr', '0.1')
+    expect(r.returncode == 2 and "the optimizer's settings go in --optimizer's JSON" in r.stderr, '--lr: where it goes',
+           r.stderr)
+    r = run('train', 'mlp.json', '--data', 'synthetic:64', '--max-steps', '1', '--workers', '0', '--devices', 'cpu:0',
+            '--devices', 'cpu:0,cpu:1')
+    expect(r.returncode == 0 and last_json(r.stdout)['devices'] == 2, 'an option given twice: the last one', r.stderr)
     r = run('train', 'mlp.json', '--batch-size', '0')
     expect(r.returncode == 2 and "--batch-size: expected an integer >= 1, got '0'" in r.stderr, 'a range, in words',
            r.stderr)

@@ -854,6 +854,9 @@ int main(int argc, char** argv) {
   using namespace dpcli;
   CLI::App app{"dp: data-parallel training of JSON models (nn.DataParallel's semantics)"};
   app.require_subcommand(1);
+  // An option given twice takes the last value, as argparse does (scripts
+  // append overrides); --plugin, a list, takes them all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string(dp_version()));
 
   TrainOptions t;
@@ -943,7 +946,8 @@ int main(int argc, char** argv) {
   auto* plugins_cmd = app.add_subcommand("plugins", "load plugins and list the layer types they register");
   plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
   for (auto* cmd : {train_cmd, eval_cmd, bench_cmd, export_cmd}) {
-    cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)");
+    cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     cmd->add_flag("--allow-model-plugins", g_allow_model_plugins,
                   "let the model's JSON load plugin libraries it names by path (by default it may use plugins already "
                   "loaded with --plugin, or bare names in DP_PLUGIN_PATH)");
@@ -970,6 +974,25 @@ int main(int argc, char** argv) {
     std::vector<std::string> known;
     for (const auto* sub : app.get_subcommands({})) known.push_back(sub->get_name());
     if (std::find(known.begin(), known.end(), argv[1]) == known.end()) return unknown_command(argv[1], known);
+    // Python habits: --batch_size for --batch-size, --lr for the optimizer's JSON.
+    const CLI::App* sub = app.get_subcommand(argv[1]);
+    for (int i = 2; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg.compare(0, 2, "--") != 0) continue;
+      arg = arg.substr(0, arg.find('='));
+      if (sub->get_option_no_throw(arg)) continue;
+      std::string dashed = arg;
+      std::replace(dashed.begin() + 2, dashed.end(), '_', '-');
+      if (dashed != arg && sub->get_option_no_throw(dashed)) {
+        std::fprintf(stderr, "dp: unknown option '%s' (did you mean '%s'?)\n", arg.c_str(), dashed.c_str());
+        return kUsage;
+      }
+      if ((arg == "--lr" || arg == "--learning-rate" || arg == "--momentum") && sub->get_option_no_throw("--optimizer")) {
+        std::fprintf(stderr, "dp: unknown option '%s': the optimizer's settings go in --optimizer's JSON, e.g. "
+                     "--optimizer '{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}'\n", arg.c_str());
+        return kUsage;
+      }
+    }
   }
   try {
     app.parse(argc, argv);

@@ -331,7 +331,12 @@ class DistributedDataParallel(DataParallel):
             model = Model(model)
         m = _handle(model, Model, 'DistributedDataParallel: model')
         h = ctypes.c_void_p()
-        _check(_lib.group_create_distributed(m, _device_text(_process_devices(devices, pg)), pg._handle(),
-                                             ctypes.byref(h)))
+        mine = _process_devices(devices, pg)
+        _check(_lib.group_create_distributed(m, _device_text(mine), pg._handle(), ctypes.byref(h)))
         self._h, self.model, self._ctx, self.process_group = h, model, model._ctx, pg
         self.training = True
+        self._devices = _devices(mine)
+
+    def __repr__(self):
+        return (f'DistributedDataParallel(rank={self.process_group.rank}, devices={self._devices!r}, '
+                f'module={self.model!r})')

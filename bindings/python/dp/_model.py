@@ -3,6 +3,7 @@ on a list of devices (dp.DataParallel, alias dp.Group)."""
 import collections
 import collections.abc
 import ctypes
+import json
 import math
 import os
 
@@ -72,6 +73,20 @@ def _is_json_text(s):
     return isinstance(s, (str, bytes)) and s.lstrip()[:1] in ('{', b'{')
 
 
+def _spec_dict(spec):
+    """The model's JSON as a dict, for repr (None where it cannot be read here:
+    a file with comments, say; libdp read it)."""
+    try:
+        if isinstance(spec, dict):
+            return spec
+        if _is_json_text(spec):
+            return json.loads(spec)
+        with open(spec, 'rb') as f:
+            return json.load(f)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def _json_utf8(spec):
     text = _json_text(spec, 'model JSON')
     with _converting('model JSON'):
@@ -92,7 +107,7 @@ class Model:
         else:
             raise ArgumentTypeError(f'dp.Model takes a dict, JSON text or the path of a JSON file, '
                                     f'not {type(spec).__name__}')
-        self._h, self._ctx = h, c
+        self._h, self._ctx, self._spec = h, c, _spec_dict(spec)
 
     @classmethod
     def from_json(cls, text, ctx=None):
@@ -100,7 +115,7 @@ class Model:
         c = _ctx(ctx)
         h = ctypes.c_void_p()
         _check(_lib.model_from_json(c._h, _json_utf8(text), ctypes.byref(h)))
-        m._h, m._ctx = h, c
+        m._h, m._ctx, m._spec = h, c, _spec_dict(text)
         return m
 
     @classmethod
@@ -109,8 +124,37 @@ class Model:
         c = _ctx(ctx)
         h = ctypes.c_void_p()
         _check(_lib.model_from_file(c._h, _path(path, 'Model.from_file: path'), ctypes.byref(h)))
-        m._h, m._ctx = h, c
+        m._h, m._ctx, m._spec = h, c, _spec_dict(path)
         return m
+
+    def __repr__(self):
+        """As print(torch_model) reads: each layer with its settings and its
+        parameters' shapes, the loss, the input and output shapes."""
+        shapes = {}
+        for name, shape in self.parameter_info():
+            key, _, leaf = name.rpartition('.')
+            shapes.setdefault(key, []).append(f'{leaf} {list(shape)}')
+        spec = getattr(self, '_spec', None)
+        layers = spec.get('layers') if isinstance(spec, dict) else None
+        lines = []
+        for i, layer in enumerate(layers if isinstance(layers, list) else []):
+            if not isinstance(layer, dict):
+                continue
+            key = str(layer.get('name', i))
+            args = ', '.join(f'{k}={v!r}' for k, v in layer.items() if k not in ('type', 'name', 'inputs'))
+            line = f'  ({key}): {layer.get("type")}({args})'
+            if 'inputs' in layer:
+                line += f' <- {layer["inputs"]}'
+            if key in shapes:
+                line += '    # ' + ', '.join(shapes[key])
+            lines.append(line)
+        loss = spec.get('loss') if lines else None
+        if isinstance(loss, dict):
+            lines.append('  (loss): ' + str(loss.get('type')) + '(' +
+                         ', '.join(f'{k}={v!r}' for k, v in loss.items() if k != 'type') + ')')
+        head = (f'dp.Model(input {list(self.input_shape)} -> output {list(self.output_shape)}, '
+                f'{self.num_parameters:,} parameters')
+        return head + (':\n' + '\n'.join(lines) + '\n)' if lines else ')')
 
     def __del__(self):
         _destroy(self, _lib.model_destroy if _lib else None)
@@ -360,6 +404,10 @@ class DataParallel:
                                  ctypes.byref(h)))
         self._h, self.model, self._ctx = h, model, model._ctx
         self.training = True
+        self._devices = _devices(devices)
+
+    def __repr__(self):
+        return f'DataParallel(devices={self._devices!r}, module={self.model!r})'
 
     def __del__(self):
         _destroy(self, _lib.group_destroy if _lib else None)

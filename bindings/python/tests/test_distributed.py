@@ -78,6 +78,7 @@ def worker(mode, rank, port, out):
             'auto': dp._distributed._process_devices('auto', pg)}
     net = dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0')
     info['global_devices'] = net.global_devices
+    info['repr'] = repr(net).splitlines()[0]
     opt, loader, losses, rows, evals = train(net, shard=True)
     params = net.model.parameters()
     momentum = momentum_of(opt)
@@ -170,6 +171,7 @@ def test_two_processes_train_as_one_process_of_two_devices(tmp_path, reference, 
         assert info['rank'] == r and info['world_size'] == 2 and info['local_rank'] == r
         assert info['initialized'] and not info['initialized_after']
         assert info['global_devices'] == [2, r]
+        assert info['repr'].startswith(f"DistributedDataParallel(rank={r}, devices='cpu:0', module=dp.Model(input ")
         # "auto": this process's share of the cores (2 processes here: from
         # LOCAL_WORLD_SIZE, or the loopback master address).
         assert info['local_world_size'] == 2

@@ -3,6 +3,7 @@ load_state_dict on models and optimizers, DataParallel's .module and
 device_ids=, the loop variables after a DataLoader loop, weights saved for
 torch in one call, and Tensor's repr."""
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -477,6 +478,25 @@ def test_save_weights_loads_into_torch_strict(tmp_path):
 
 
 # -- 5. repr, and the zero-copy ways out stay zero-copy
+
+def test_model_and_data_parallel_repr(tmp_path):
+    """print(model) as print(torch_model) reads: layers with settings and parameter shapes."""
+    spec = {'input': {'shape': [1, 4, 4]}, 'seed': 1, 'loss': {'type': 'cross_entropy', 'label_smoothing': 0.1},
+            'layers': [{'type': 'conv2d', 'out_channels': 2, 'kernel_size': 3, 'name': 'stem'}, {'type': 'relu'},
+                       {'type': 'flatten'}, {'type': 'linear', 'out_features': 3}]}
+    lines = repr(dp.Model(spec)).splitlines()
+    assert lines == ['dp.Model(input [1, 4, 4] -> output [3], 47 parameters:',
+                     "  (stem): conv2d(out_channels=2, kernel_size=3)    # weight [2, 1, 3, 3], bias [2]",
+                     '  (1): relu()', '  (2): flatten()',
+                     '  (3): linear(out_features=3)    # weight [3, 8], bias [3]',
+                     '  (loss): cross_entropy(label_smoothing=0.1)', ')']
+    path = tmp_path / 'm.json'
+    path.write_text(json.dumps(spec))
+    assert repr(dp.Model(str(path))).splitlines() == lines  # from a file too
+    net = dp.DataParallel(dp.Model(spec), devices='cpu:0,cpu:0')
+    assert repr(net).startswith("DataParallel(devices='cpu:0,cpu:0', module=dp.Model(input [1, 4, 4]")
+    assert str(net) == repr(net)
+
 
 def test_tensor_repr():
     t = dp.tensor([[1.0, 2.0], [3.0, 4.5]])

@@ -383,6 +383,11 @@ with tempfile.TemporaryDirectory() as tmp:
            all(w[k] == c[k] for k in model_keys) and any(k.startswith('optimizer.') for k in c),
            'export --safetensors: the model\'s tensors and num_batches_tracked, without the optimizer\'s',
            r.stderr + str(sorted(w)))
+    # Under a launcher, eval and export run on rank 0 alone (not once a rank, printing or writing the same).
+    r = run('eval', 'mlp.json', 'cos1.ckpt', '--data', 'synthetic:2048', env=dict(os.environ, RANK='1', WORLD_SIZE='2'))
+    r0 = run('eval', 'mlp.json', 'cos1.ckpt', '--data', 'synthetic:2048', env=dict(os.environ, RANK='0', WORLD_SIZE='2'))
+    expect(r.returncode == 0 and r.stdout == '' and r0.returncode == 0 and 'test_accuracy' in last_json(r0.stdout),
+           'dp eval under a launcher: rank 0 prints, rank 1 nothing', r.stdout + r.stderr + r0.stderr)
     r = run('export', 'mlp.json', 'cos1.ckpt')
     expect(r.returncode == 2 and '--onnx FILE, --safetensors FILE, or both' in r.stderr, 'export needs an output',
            r.stderr)

@@ -69,6 +69,11 @@ struct Launch {
 // OMPI_COMM_WORLD_SIZE or SLURM_NTASKS is set) in a world of more than one
 // process: joins it (dp_process_group_create from the environment).
 Launch join_if_launched();
+// The rank a launcher gave this process (RANK, OMPI_COMM_WORLD_RANK or
+// SLURM_PROCID), without joining; 0 without one. dp eval and dp export run
+// on rank 0 alone (the others would print the same result, or write the
+// same file at once).
+int launched_rank();
 
 // Progress on stderr: redrawn in place at most ten times a second on a
 // terminal, a plain line every few seconds otherwise.

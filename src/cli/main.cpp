@@ -643,6 +643,7 @@ static int train(const TrainOptions& o) {
 
 static int eval(const std::string& model_path, const std::string& ckpt, const std::string& data_spec,
                 const std::string& devices, int64_t batch_size, int64_t workers, const std::string& transform) {
+  if (launched_rank() != 0) return kOk;  // under a launcher: rank 0 evaluates and prints
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   load_plugins(c, g_plugins);
@@ -685,6 +686,7 @@ static int export_model(const std::string& model_path, const std::string& weight
                         const std::string& safetensors) {
   if (onnx.empty() && safetensors.empty())
     throw Failure(kUsage, "export: give --onnx FILE, --safetensors FILE, or both");
+  if (launched_rank() != 0) return kOk;  // under a launcher: rank 0 writes
   check_writable(onnx, "--onnx");
   check_writable(safetensors, "--safetensors");
   dp_context* c = nullptr;

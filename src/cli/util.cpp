@@ -38,6 +38,12 @@ Launch join_if_launched() {
   return out;
 }
 
+int launched_rank() {
+  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* r = std::getenv(v)) return std::atoi(r);
+  return 0;
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -441,6 +441,10 @@ class ProcessGroup : public detail::Handle<dp_process_group, dp_process_group_de
   int local_rank() const { return query(dp_process_group_local_rank); }
   int local_world_size() const { return query(dp_process_group_local_world_size); }
   void barrier() { check(dp_process_group_barrier(get())); }
+  // Every process's value of a setting of its own must be the same (dp_process_group_check_same).
+  void check_same(const std::string& what, const std::string& value) {
+    check(dp_process_group_check_same(get(), what.c_str(), value.c_str()));
+  }
   // Stopping together (dp.h): ask, then after each step the processes that had asked, the same on every process.
   void request_stop() { check(dp_process_group_request_stop(get())); }
   int stop_requested() const { return query(dp_process_group_stop_requested); }

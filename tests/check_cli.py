@@ -399,7 +399,7 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('train', 'mlp.json', *common, '--max-steps', '5', '--save', 'b5.ckpt')
     half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]
     r = run('train', 'mlp.json', *half, '--resume', 'b5.ckpt')
-    expect(r.returncode == 2 and 'was saved inside an epoch (step 5) with --batch-size 64; resume it with '
+    expect(r.returncode == 2 and 'was saved before its epoch ended (step 5) with --batch-size 64; resume it with '
            '--batch-size 64' in r.stderr, 'another batch size inside an epoch: refused', r.stderr)
 
 print(f'{passed} passed, {failed} failed')

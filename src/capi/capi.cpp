@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -557,9 +558,16 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   dp::Model& model = g->group->model();
   o->opt = dp::Optimizer::from_json(json_config, model.num_params(), model.memory_limit, model.held_total());
   o->hold_state();
-  // Every process must update alike: the same config, however spelt (compared as parsed).
+  // Every process must update alike: the same config, however spelt
+  // (compared as parsed, every number as a double: 0, 0.0 and 0e0 alike).
   if (dp::ProcessGroup* pg = g->group->process_group()) {
-    const nlohmann::json parsed = nlohmann::json::parse(json_config, nullptr, false, /*ignore_comments=*/true);
+    nlohmann::json parsed = nlohmann::json::parse(json_config, nullptr, false, /*ignore_comments=*/true);
+    std::function<void(nlohmann::json&)> as_doubles = [&](nlohmann::json& j) {
+      if (j.is_number()) j = j.get<double>();
+      if (j.is_structured())  // (a scalar would iterate over itself)
+        for (auto& v : j) as_doubles(v);
+    };
+    if (!parsed.is_discarded()) as_doubles(parsed);
     pg->check_same("optimizer config", parsed.is_discarded() ? std::string(json_config) : parsed.dump());
   }
   for (const auto& st : o->opt->state()) o->state_names.push_back(st.first);

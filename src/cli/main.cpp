@@ -79,17 +79,23 @@ static void on_stop_signal(int sig) {
 
 // An output file that cannot be written is refused before training, not
 // when the run first writes it (an epoch, or the whole run, later).
-static void check_writable(const std::string& path, const std::string& option) {
+// Atomic writers (checkpoints, weights, ONNX) make a temporary file beside
+// it and rename it: they need the directory; --plot writes the file itself.
+enum class Writer { kAtomic, kInPlace };
+static void check_writable(const std::string& path, const std::string& option, Writer how = Writer::kAtomic) {
   if (path.empty()) return;
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " does not exist");
-  if (::access(dir.c_str(), W_OK) != 0)
+  if (how == Writer::kInPlace && exists) {
+    if (::access(path.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
+  } else if (::access(dir.c_str(), W_OK) != 0) {
     throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " is not writable");
+  }
 }
 
 static Model load_model(dp_context* ctx, const std::string& path) {
@@ -315,14 +321,21 @@ static void note_blas_kernel(const std::string& devices) {
 
 // --lr-schedule as a schedule's JSON (null: constant): "cosine" or any
 // type alone ("linear": its defaults), or the JSON object; read before the
-// data loads, so that a typo fails at once.
+// data loads, so that broken JSON fails at once (an unknown type or key is
+// libdp's to refuse, once the optimizer exists).
 static nlohmann::json lr_schedule_json(const std::string& text) {
   if (text == "constant") return nullptr;
   if (text.find_first_of("{[\"") == std::string::npos) return {{"type", text}};
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false, /*ignore_comments=*/true);
-  if (j.is_discarded() || !j.is_object())
+  nlohmann::json j;
+  std::string why = "not an object";
+  try {
+    j = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::exception& e) {
+    why = e.what();
+  }
+  if (!j.is_object())
     throw Failure(kUsage, "--lr-schedule: expected constant, cosine, a schedule's type (linear, step, multistep, "
-                          "cosine_warmup, onecycle) or its JSON object, got '" + text + "'");
+                          "cosine_warmup, onecycle) or its JSON object, got '" + text + "' (" + why + ")");
   return j;
 }
 
@@ -361,9 +374,10 @@ static int train(const TrainOptions& o) {
     nlohmann::json resume_step;
     if (!o.resume.empty()) resume_step = meta_value(checkpoint_metadata(o.resume, "--resume"), "step");
     const nlohmann::json mine = {{"--epochs", o.epochs},          {"--max-steps", o.max_steps},
-                                 {"--save", !o.save.empty()},     {"--save-best", !o.save_best.empty()},
+                                 {"--save (given)", !o.save.empty()}, {"--save-best (given)", !o.save_best.empty()},
                                  {"--best-metric", o.best_metric}, {"--resume (its step)", o.resume.empty() ? nlohmann::json(false) : resume_step}};
-    check(dp_process_group_check_same(pg, "set of dp train flags", mine.dump().c_str()), "process group");
+    for (const auto& [flag, value] : mine.items())  // (--eval-every, --accumulate: libdp refuses the first differing call)
+      check(dp_process_group_check_same(pg, ("dp train " + flag).c_str(), value.dump().c_str()), "process group");
   }
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
@@ -374,7 +388,7 @@ static int train(const TrainOptions& o) {
   if (lead) {  // rank 0 writes them
     check_writable(o.save, "--save");
     check_writable(o.save_best, "--save-best");
-    check_writable(o.plot, "--plot");
+    check_writable(o.plot, "--plot", Writer::kInPlace);
   }
   std::string devices = resolve_devices(o.devices, launch.local_processes, launch.local_rank);
   Group group = make_group(model.get(), devices, o.threads, pg);
@@ -396,10 +410,10 @@ static int train(const TrainOptions& o) {
   if (part.is_object()) {  // saved inside an epoch: its position counts batches of the batch size it ran with
     const nlohmann::json was = meta_value(resumed, "training");
     if (was.is_object() && was.contains("batch_size") && was["batch_size"] != o.batch_size)
-      throw Failure(kUsage, "--resume: " + o.resume + " was saved inside an epoch (step " +
+      throw Failure(kUsage, "--resume: " + o.resume + " was saved before its epoch ended (step " +
                                 part.value("step", nlohmann::json()).dump() + ") with --batch-size " +
                                 was["batch_size"].dump() + "; resume it with --batch-size " + was["batch_size"].dump() +
-                                " (a checkpoint written at an epoch's end may go on with another)");
+                                " (a checkpoint written after an epoch's evaluation may go on with another)");
   }
   if (!o.resume.empty()) check(dp_checkpoint_load(o.resume.c_str(), group.get(), opt.get(), train_loader.get()), "--resume");
   std::ofstream log;
@@ -469,10 +483,21 @@ static int train(const TrainOptions& o) {
     note_changed_settings(resumed, now);
     restore_history(resumed, global_step, &chart);
   }
+  // --save-best: the best evaluation so far, kept in checkpoints so that a
+  // resumed run does not replace the best one with a worse one.
+  const bool higher_is_better = o.best_metric == "test_accuracy";
+  double best = higher_is_better ? -INFINITY : INFINITY;
+  int64_t best_step = -1;
+  if (const nlohmann::json b = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "best_so_far");
+      b.is_object() && b.value("metric", std::string()) == o.best_metric && b.contains("value") && b["value"].is_number()) {
+    best = b["value"].get<double>();
+    best_step = b.value("step", int64_t(-1));
+  }
   auto save_to = [&](const std::string& path, const char* option, const nlohmann::json& extra) {
     nlohmann::json meta = record;
     meta["step"] = global_step;
     meta["history"] = history_json(chart);
+    if (best_step >= 0) meta["best_so_far"] = {{"metric", o.best_metric}, {"value", best}, {"step", best_step}};
     if (batch > 0)  // inside an epoch, or after its last batch before its end (--max-steps, Ctrl-C)
       meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}};
     if (extra.is_object()) meta.update(extra);
@@ -494,9 +519,6 @@ static int train(const TrainOptions& o) {
   Progress progress;
   // Evaluations (each epoch's end, and every --eval-every steps): logged,
   // and with --save-best the best one by --best-metric keeps a checkpoint.
-  const bool higher_is_better = o.best_metric == "test_accuracy";
-  double best = higher_is_better ? -INFINITY : INFINITY;
-  int64_t best_step = -1;
   auto evaluated = [&](const EvalResult& r, double epoch_at) {
     if (o.save_best.empty()) return;
     const double v = higher_is_better ? r.accuracy : r.loss;
@@ -604,15 +626,18 @@ static int train(const TrainOptions& o) {
     if (log)
       log << "{\"epoch\": " << epoch + 1 << ", \"step\": " << global_step << ", \"train_loss\": " << json_num(last_loss)
           << ", \"test_loss\": " << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
-          << ", \"samples_per_second\": " << json_num(samples / std::max(train_seconds, 1e-9)) << "}" << std::endl;
+          << ", \"samples_per_second\": " << (samples ? json_num(samples / std::max(train_seconds, 1e-9)) : "null")
+          << "}" << std::endl;  // (null: an epoch ended by a resumed run before any batch)
     evaluated(last_eval, double(epoch + 1));
     save();
   }
   if (interrupted || step_limit) {
     save();
     if (lead)
-      progress.line(std::string(!interrupted ? "dp: stopped after --max-steps" : g_stop == SIGTERM ? "dp: stopped by SIGTERM"
-                                                                                                : "dp: stopped by Ctrl-C") +
+      progress.line(std::string(!interrupted          ? "dp: stopped after --max-steps"
+                                : g_stop == SIGTERM ? "dp: stopped by SIGTERM"
+                                : g_stop == SIGINT  ? "dp: stopped by Ctrl-C"
+                                                    : "dp: stopped by Ctrl-C or SIGTERM") +  // (another process's)
                     (interrupted && pg ? " (on " + std::to_string(stopping) + " of " + std::to_string(world) + " processes)"
                                        : std::string()) +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
@@ -807,7 +832,7 @@ static CLI::Validator at_least(int64_t least) {
       [least](std::string& text) -> std::string {
         char* end = nullptr;
         errno = 0;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
+        const long long v = std::strtoll(text.c_str(), &end, 0);  // as CLI11 converts it (0x10, 010)
         if (text.empty() || *end != '\0' || errno == ERANGE || v < least)
           return "expected an integer >= " + std::to_string(least) + ", got '" + text + "'";
         return std::string();

@@ -607,7 +607,7 @@ TEST_CASE("dp_process_group_check_same: a program's own settings compared on eve
       seen += std::to_string(dp_process_group_check_same(nullptr, "epochs", "3")) + "|";
       OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
       // One config spelt two ways is one optimizer.
-      OK(dp_optimizer_create(group, r == 0 ? R"({"type": "sgd", "lr": 0.1})" : R"({"lr":1e-1,"type":"sgd"})", &opt));
+      OK(dp_optimizer_create(group, r == 0 ? R"({"type": "sgd", "lr": 0.1, "momentum": 0})" : R"({"lr":1e-1,"type":"sgd","momentum":0.0})", &opt));
       dp_optimizer_destroy(opt);
       dp_group_destroy(group);
       dp_process_group_destroy(pg);

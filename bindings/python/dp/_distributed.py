@@ -154,6 +154,16 @@ class ProcessGroup:
         """Returns once every process has called it."""
         _check(_lib.process_group_barrier(self._handle()))
 
+    def check_same(self, what, value):
+        """A collective check that every process has the same value (str) of
+        a setting of its own (a script's arguments, say): InvalidArgumentError
+        on every process naming the rank that differs and both values."""
+        if 'dp_process_group_check_same' in _lib.missing:
+            raise UnsupportedError(f'dp: {_lib.path} predates dp_process_group_check_same; use a newer libdp')
+        with _converting('ProcessGroup.check_same: what and value (str)'):
+            w, v = str(what).encode(), str(value).encode()
+        _check(_lib.process_group_check_same(self._handle(), w, v))
+
     def request_stop(self):
         """Asks every process of the group to stop together, e.g. when this
         one got KeyboardInterrupt: a process that leaves its loop alone

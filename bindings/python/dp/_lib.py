@@ -124,6 +124,7 @@ _PROTOS = [
     ('dp_process_group_local_rank', _S, [pg_p, P(c_int)]),
     ('dp_process_group_local_world_size', _S, [pg_p, P(c_int)]),
     ('dp_process_group_barrier', _S, [pg_p]),
+    ('dp_process_group_check_same', _S, [pg_p, c_char_p, c_char_p]),
     ('dp_process_group_request_stop', _S, [pg_p]),
     ('dp_process_group_stop_requested', _S, [pg_p, P(c_int)]),
     ('dp_group_create_distributed', _S, [model_p, c_char_p, pg_p, P(group_p)]),

@@ -32,6 +32,7 @@ class Optimizer:
         self._scheduled = False
         self._scaler_cfg = None
         self._initial_lr = None  # a dp.lr_scheduler's "initial_lr": the lr before the first scheduler
+        self._lr_schedulers = 0  # dp.lr_scheduler schedulers made on it (set_lr_schedule is then refused)
 
     def __del__(self):
         _destroy(self, _lib.optimizer_destroy if _lib else None)
@@ -68,6 +69,9 @@ class Optimizer:
         a resumed run (checkpoint or state_dict) continues its curve. .lr is
         set as each step starts: read after a step, it is that step's lr."""
         text = None if schedule is None else _json_text(schedule, 'lr schedule').encode()
+        if text and self._lr_schedulers:
+            raise InvalidArgumentError('set_lr_schedule: a dp.lr_scheduler scheduler sets this optimizer\'s lr: use '
+                                       'that or a libdp schedule, not both')
         _check(_lib.optimizer_set_lr_schedule(self._h, text))
         self._scheduled = text is not None and text != b''
         return self
@@ -353,7 +357,7 @@ class _ParamGroup(dict):
 
     def _check(self, key, value):
         """What writing value to key does: True to write through, False for no change."""
-        if key == self._live() or (key == 'initial_lr' and key in self):  # (a dp.lr_scheduler's, settable)
+        if key == self._live() or (key == 'initial_lr' and not self._opt._scheduled):  # (dp.lr_scheduler's, settable)
             return True
         try:
             same = key in self and bool(self[key] == value)

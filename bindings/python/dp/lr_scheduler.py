@@ -79,6 +79,7 @@ class LRScheduler:
         self.base_lrs = [optimizer._initial_lr]
         self.last_epoch = last_epoch
         self._initial_step()
+        optimizer._lr_schedulers += 1  # its lr is a scheduler's now: set_lr_schedule refuses
 
     def _initial_step(self):
         self._step_count = 0
@@ -422,6 +423,7 @@ class ReduceLROnPlateau(LRScheduler):
         self.best = math.inf if mode == 'min' else -math.inf
         self.cooldown_counter = 0
         self.num_bad_epochs = 0
+        optimizer._lr_schedulers += 1
 
     def _is_better(self, a, best):
         if self.mode == 'min':

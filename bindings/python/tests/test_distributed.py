@@ -79,6 +79,12 @@ def worker(mode, rank, port, out):
     net = dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0')
     info['global_devices'] = net.global_devices
     info['repr'] = repr(net).splitlines()[0]
+    pg.check_same('script flag', 'a')
+    try:
+        pg.check_same('epochs', str(rank))
+        info['differs'] = None
+    except dp.InvalidArgumentError as e:
+        info['differs'] = str(e)
     opt, loader, losses, rows, evals = train(net, shard=True)
     params = net.model.parameters()
     momentum = momentum_of(opt)
@@ -171,6 +177,7 @@ def test_two_processes_train_as_one_process_of_two_devices(tmp_path, reference, 
         assert info['rank'] == r and info['world_size'] == 2 and info['local_rank'] == r
         assert info['initialized'] and not info['initialized_after']
         assert info['global_devices'] == [2, r]
+        assert info['differs'] == "rank 1's epochs differs from rank 0's: rank 0 has 0, rank 1 has 1"
         assert info['repr'].startswith(f"DistributedDataParallel(rank={r}, devices='cpu:0', module=dp.Model(input ")
         # "auto": this process's share of the cores (2 processes here: from
         # LOCAL_WORLD_SIZE, or the loopback master address).

@@ -101,6 +101,9 @@ def test_initial_lr_is_kept_as_pytorchs_param_groups_keep_it():
     assert resumed.base_lrs == [0.1] and resumed.last_epoch == 4
     o2.param_groups[0]['initial_lr'] = 0.2
     assert S.ExponentialLR(o2, gamma=0.5).base_lrs == [0.2]
+    o4 = optimizer(0.1)
+    o4.param_groups[0]['initial_lr'] = 0.3  # set by hand before any scheduler, as PyTorch allows
+    assert S.StepLR(o4, step_size=2, last_epoch=3).base_lrs == [0.3]
 
 
 def test_what_dp_cannot_do_is_refused_with_a_reason():
@@ -115,6 +118,10 @@ def test_what_dp_cannot_do_is_refused_with_a_reason():
     scheduled = optimizer(0.1).set_lr_schedule({'type': 'cosine', 'T_max': 10})
     with pytest.raises(dp.InvalidArgumentError, match='set_lr_schedule'):
         S.StepLR(scheduled, step_size=2)
+    o3 = optimizer(0.1)
+    S.StepLR(o3, step_size=2)
+    with pytest.raises(dp.InvalidArgumentError, match='dp.lr_scheduler'):  # the other way round too
+        o3.set_lr_schedule({'type': 'cosine', 'T_max': 10})
     with pytest.raises(dp.ArgumentTypeError, match='not a dp Optimizer'):
         S.StepLR(object(), step_size=2)
     for bad in (lambda: S.StepLR(o, step_size=0), lambda: S.LinearLR(o, start_factor=0),

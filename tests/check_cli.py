@@ -35,6 +35,11 @@ def last_json(out):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def open_header(path):
+    with open(path, 'rb') as f:
+        return json.loads(f.read(struct.unpack('<Q', f.read(8))[0]))
+
+
 def safetensors_tensors(path):
     """name -> raw bytes, read per the format, for bitwise comparison."""
     with open(path, 'rb') as f:
@@ -391,6 +396,13 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('export', 'mlp.json', 'cos1.ckpt')
     expect(r.returncode == 2 and '--onnx FILE, --safetensors FILE, or both' in r.stderr, 'export needs an output',
            r.stderr)
+    # --save-best across a resume: the best so far travels in the checkpoint (accuracy peaks at epoch 4 here, 0.9511,
+    # and epoch 5 is worse: the resumed run must not replace the best checkpoint with epoch 5's).
+    r1 = run('train', 'mlp.json', *common, '--epochs', '4', '--save', 'sb.ckpt', '--save-best', 'best.ckpt')
+    r2 = run('train', 'mlp.json', *common, '--epochs', '5', '--resume', 'sb.ckpt', '--save-best', 'best.ckpt')
+    best = json.loads(open_header('best.ckpt')['__metadata__']['best'])
+    expect(r1.returncode == 0 and r2.returncode == 0 and last_json(r2.stdout)['best'] == last_json(r1.stdout)['best']
+           and best['step'] == 128, 'a resumed run keeps the best so far', r1.stdout + r2.stdout + str(best))
     # A finished run resumed with the same --epochs: nothing to train, and it says so.
     r = run('train', 'mlp.json', *common, '--resume', 'cos1.ckpt')
     expect(r.returncode == 0 and 'has trained 1 epoch(s) and --epochs (the run\'s total) is 1' in r.stderr,

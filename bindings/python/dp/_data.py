@@ -203,10 +203,14 @@ class DataLoader:
     prefetch (PyTorch's prefetch_factor, accepted too): batches assembled
     ahead per worker. pin_memory=True: batches in page-locked memory, which
     GPU groups copy asynchronously (as PyTorch's; without a GPU, a warning
-    and unpinned batches, as PyTorch's)."""
+    and unpinned batches, as PyTorch's). persistent_workers: accepted, as
+    PyTorch's True is what dp's worker threads always do (they live as long as
+    the loader, across epochs); True with num_workers=0 is refused, as there."""
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, num_workers=0, prefetch=2, seed=0,
-                 reuse_buffers=True, shard=None, pin_memory=False, prefetch_factor=None):
+                 reuse_buffers=True, shard=None, pin_memory=False, prefetch_factor=None, persistent_workers=False):
+        if persistent_workers and not num_workers:
+            raise InvalidArgumentError('DataLoader: persistent_workers option needs num_workers > 0')
         if prefetch_factor is not None:  # PyTorch's name for prefetch (batches ahead per worker)
             if prefetch != 2:
                 raise ArgumentTypeError('DataLoader: give prefetch= or prefetch_factor= (the same), not both')

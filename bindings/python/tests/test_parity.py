@@ -350,6 +350,12 @@ def test_loader_takes_pytorchs_pin_memory_and_prefetch_factor():
     assert [x.shape[0] for x, _ in dp.DataLoader(ds, batch_size=4, num_workers=2, prefetch_factor=3)] == [4, 4, 2]
     with pytest.raises(dp.ArgumentTypeError, match='not both'):
         dp.DataLoader(ds, batch_size=4, prefetch=3, prefetch_factor=3)
+    # persistent_workers: what dp's threads do anyway; without workers refused, as PyTorch's ValueError
+    loader = dp.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    assert [[x.shape[0] for x, _ in loader] for _ in range(2)] == [[4, 4, 2]] * 2
+    with pytest.raises(dp.InvalidArgumentError, match='needs num_workers > 0') as e:
+        dp.DataLoader(ds, batch_size=4, persistent_workers=True)
+    assert isinstance(e.value, ValueError)
     if dp.device_count('cuda') == 0:  # as PyTorch without an accelerator: a warning, unpinned batches
         with pytest.warns(UserWarning, match='pin_memory=True, but no usable GPU'):
             loader = dp.DataLoader(ds, batch_size=4, pin_memory=True)

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +42,13 @@ static void check_count(const dp_model* m, int64_t have, size_t need, const char
     fail(DP_ERR_INVALID_ARGUMENT, std::string(what) + ": the buffer holds " + std::to_string(have) + " floats, the model has " +
                                       std::to_string(need));
   (void)m;
+}
+
+// Every number of j as a double (0, 0.0 and 0e0 compare alike).
+static void numbers_as_doubles(nlohmann::json& j) {
+  if (j.is_number()) j = j.get<double>();
+  if (j.is_structured())  // (a scalar would iterate over itself)
+    for (auto& v : j) numbers_as_doubles(v);
 }
 
 static void copy_shape(const dp::Shape& s, int* ndim, int64_t shape[DP_MAX_DIMS]) {
@@ -562,12 +568,7 @@ dp_status dp_optimizer_create(dp_group* g, const char* json_config, dp_optimizer
   // (compared as parsed, every number as a double: 0, 0.0 and 0e0 alike).
   if (dp::ProcessGroup* pg = g->group->process_group()) {
     nlohmann::json parsed = nlohmann::json::parse(json_config, nullptr, false, /*ignore_comments=*/true);
-    std::function<void(nlohmann::json&)> as_doubles = [&](nlohmann::json& j) {
-      if (j.is_number()) j = j.get<double>();
-      if (j.is_structured())  // (a scalar would iterate over itself)
-        for (auto& v : j) as_doubles(v);
-    };
-    if (!parsed.is_discarded()) as_doubles(parsed);
+    if (!parsed.is_discarded()) numbers_as_doubles(parsed);
     pg->check_same("optimizer config", parsed.is_discarded() ? std::string(json_config) : parsed.dump());
   }
   for (const auto& st : o->opt->state()) o->state_names.push_back(st.first);

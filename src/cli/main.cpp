@@ -370,12 +370,14 @@ static int train(const TrainOptions& o) {
   dp_process_group* pg = launch.pg.get();
   if (pg) g_rank = rank;
   const bool lead = rank == 0;
+  // The checkpoint's record, read by every process (after joining: one that
+  // cannot read it leaves, and the others learn it at once), so that all of
+  // a group decide alike below.
+  const nlohmann::json resumed = o.resume.empty() ? nlohmann::json() : checkpoint_metadata(o.resume, "--resume");
   if (pg) {  // what each process reads from its own flags and libdp does not compare
-    nlohmann::json resume_step;
-    if (!o.resume.empty()) resume_step = meta_value(checkpoint_metadata(o.resume, "--resume"), "step");
     const nlohmann::json mine = {{"--epochs", o.epochs},          {"--max-steps", o.max_steps},
                                  {"--save (given)", !o.save.empty()}, {"--save-best (given)", !o.save_best.empty()},
-                                 {"--best-metric", o.best_metric}, {"--resume (its step)", o.resume.empty() ? nlohmann::json(false) : resume_step}};
+                                 {"--best-metric", o.best_metric}, {"--resume (its step)", o.resume.empty() ? nlohmann::json(false) : meta_value(resumed, "step")}};
     for (const auto& [flag, value] : mine.items())  // (--eval-every, --accumulate: libdp refuses the first differing call)
       check(dp_process_group_check_same(pg, ("dp train " + flag).c_str(), value.dump().c_str()), "process group");
   }
@@ -404,8 +406,6 @@ static int train(const TrainOptions& o) {
     check(dp_loader_shard(train_loader.get(), group.get()), "training data");
     check(dp_loader_shard(test_loader.get(), group.get()), "test data");
   }
-  // Every process reads the checkpoint's record, so all of a group decide alike below.
-  const nlohmann::json resumed = o.resume.empty() ? nlohmann::json() : checkpoint_metadata(o.resume, "--resume");
   const nlohmann::json part = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "epoch_loss");
   if (part.is_object()) {  // saved inside an epoch: its position counts batches of the batch size it ran with
     const nlohmann::json was = meta_value(resumed, "training");

@@ -168,6 +168,7 @@ _PROTOS = [
     ('dp_loader_shard', _S, [loader_p, group_p]),
     ('dp_model_load_safetensors', _S, [model_p, c_char_p]),
     ('dp_model_save_safetensors', _S, [model_p, c_char_p]),
+    ('dp_model_save_weights', _S, [model_p, c_char_p]),
     ('dp_model_export_onnx', _S, [model_p, c_char_p]),
     ('dp_checkpoint_save', _S, [c_char_p, group_p, opt_p, loader_p, c_char_p]),
     ('dp_checkpoint_load', _S, [c_char_p, group_p, opt_p, loader_p]),

@@ -252,7 +252,11 @@ class Model:
         the keys torch's state_dict() has for the same architecture
         (parameters, buffers, num_batches_tracked = 0), no optimizer state:
         torch_model.load_state_dict(safetensors.torch.load_file(path)) takes
-        it with strict=True. Written atomically."""
+        it with strict=True. Written atomically (dp_model_save_weights)."""
+        if 'dp_model_save_weights' not in _lib.missing:
+            _check(_lib.model_save_weights(self._h, _path(path, 'save_weights: path')))
+            return
+        # A libdp before dp_model_save_weights: its file, then the counts added here.
         p = os.fsdecode(_path(path, 'save_weights: path'))
         self.save_safetensors(p)
         tensors, _ = _st_read(p)

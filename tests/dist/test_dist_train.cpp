@@ -590,36 +590,26 @@ TEST_CASE("dp_process_group_check_same: a program's own settings compared on eve
   std::vector<RankFn> ranks;
   for (int r = 0; r < 3; ++r)
     ranks.push_back([=]() -> std::string {
-      dp_context* ctx = nullptr;
-      dp_model* model = nullptr;
-      dp_process_group* pg = nullptr;
-      dp_group* group = nullptr;
-      dp_optimizer* opt = nullptr;
-      OK(dp_context_create(&ctx));
-      OK(dp_model_from_json(ctx, kModel, &model));
-      const std::string cfg = "{\"rank\": " + std::to_string(r) + ", \"world_size\": 3, \"master_port\": " +
-                              std::to_string(port) + ", \"timeout_s\": 20}";
-      OK(dp_process_group_create(cfg.c_str(), &pg));
+      Member m(r, 3, port);
       std::string seen;
-      const dp_status differs = dp_process_group_check_same(pg, "epochs", r == 2 ? "5" : "3");
+      const dp_status differs = dp_process_group_check_same(m.pg, "epochs", r == 2 ? "5" : "3");
       seen += std::to_string(differs) + "|" + dp_last_error() + "|";
-      seen += std::to_string(dp_process_group_check_same(pg, "epochs", "3")) + "|";
+      seen += std::to_string(dp_process_group_check_same(m.pg, "epochs", "3")) + "|";
       seen += std::to_string(dp_process_group_check_same(nullptr, "epochs", "3")) + "|";
-      OK(dp_group_create_distributed(model, "cpu:0", pg, &group));
       // One config spelt two ways is one optimizer.
-      OK(dp_optimizer_create(group, r == 0 ? R"({"type": "sgd", "lr": 0.1, "momentum": 0})" : R"({"lr":1e-1,"type":"sgd","momentum":0.0})", &opt));
+      dp_optimizer* opt = nullptr;
+      OK(dp_optimizer_create(m.group,
+                             r == 0 ? R"({"type": "sgd", "lr": 0.1, "momentum": 0})" : R"({"lr":1e-1,"type":"sgd","momentum":0.0})",
+                             &opt));
       dp_optimizer_destroy(opt);
-      dp_group_destroy(group);
-      dp_process_group_destroy(pg);
-      dp_model_destroy(model);
-      dp_context_destroy(ctx);
       return seen;
     });
   for (const Outcome& o : run_ranks(ranks, 60)) {
     CAPTURE(o.message);
     REQUIRE(o.status == 0);
     CHECK(o.message == std::to_string(DP_ERR_INVALID_ARGUMENT) +
-                           "|rank 2's epochs differs from rank 0's: rank 0 has 3, rank 2 has 5|0|" + std::to_string(DP_ERR_INVALID_ARGUMENT) + "|");
+                           "|rank 2's epochs differs from rank 0's: rank 0 has 3, rank 2 has 5|0|" +
+                           std::to_string(DP_ERR_INVALID_ARGUMENT) + "|");
   }
 }
 

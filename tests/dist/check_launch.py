@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 DP = os.path.abspath(sys.argv[1])
@@ -257,6 +258,41 @@ if mpirun:
     else:
         job.kill()
         job.communicate()
+
+    # Ctrl-C in the terminal that runs mpirun: the terminal signals mpirun's process group. Open
+    # MPI 4.1 puts each rank in a group of its own and passes the stop on as SIGTERM, then exits;
+    # rank 0 must still write its checkpoint (dp died of SIGTERM before it stopped on it). An
+    # epoch of 60,000 rows outlasts the wait, so the file is the stop's, not an epoch end's.
+    ckpt = f'{tmp}/mpi_stop.ckpt'
+    args = [a if a != 'synthetic:600' else 'synthetic:60000'
+            for a in train_args('--devices', 'cpu:0', '--save', ckpt, epochs=1000)]
+    job = subprocess.Popen(mpi + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    err, training = [], threading.Event()
+
+    def read_stderr():
+        for line in job.stderr:
+            err.append(line)
+            if 'step ' in line:  # rank 0's first progress line: past start-up, in an epoch
+                training.set()
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    expect(training.wait(60) and job.poll() is None and not os.path.exists(ckpt),
+           'mpirun, Ctrl-C: training (before the signal)', ''.join(err))
+    time.sleep(1)
+    os.killpg(job.pid, signal.SIGINT)
+    try:
+        job.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    reader.join()
+    deadline = time.time() + 30  # the ranks may outlive mpirun by the checkpoint's write
+    while not os.path.exists(ckpt) and time.time() < deadline:
+        time.sleep(0.1)
+    expect(os.path.exists(ckpt), "mpirun, Ctrl-C to the terminal's process group: rank 0 writes the checkpoint",
+           ''.join(err))
+    expect(job.returncode != 0, f'mpirun, Ctrl-C: the job ends non-zero (got {job.returncode})')
 else:
     print('mpirun not installed: its cases skipped')
 

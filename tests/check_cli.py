@@ -5,6 +5,7 @@
 """
 import gzip
 import json
+import math
 import os
 import signal
 import struct
@@ -158,6 +159,20 @@ with tempfile.TemporaryDirectory() as tmp:
            r1.stderr + r2.stderr + str(ended) + str(straight))
     c, e = safetensors_tensors('a.ckpt'), safetensors_tensors('end.ckpt')
     expect(c.keys() == e.keys() and all(c[k] == e[k] for k in c), 'and is bitwise the straight run at its end')
+    # --log's lr is the one each line's last step used (cosine over the run's 64 steps: PyTorch's
+    # CosineAnnealingLR); a run resumed after an epoch's last batch logs that epoch's lr too.
+    r1 = run('train', 'mlp.json', *common, '--epochs', '2', '--lr-schedule', 'cosine', '--log', 'cs.jsonl')
+    r2 = run('train', 'mlp.json', *common, '--epochs', '2', '--lr-schedule', 'cosine', '--max-steps', '32',
+             '--save', 'cs.ckpt')
+    r3 = run('train', 'mlp.json', *common, '--epochs', '2', '--lr-schedule', 'cosine', '--resume', 'cs.ckpt',
+             '--log', 'cs2.jsonl')
+    ok = r1.returncode == 0 and r2.returncode == 0 and r3.returncode == 0
+    got = [json.loads(line)['lr'] for line in open('cs.jsonl')] if ok else []
+    want = [0.01 * (1 + math.cos(math.pi * (step - 1) / 64)) / 2 for step in (32, 64)]
+    expect(len(got) == 2 and all(abs(g - w) <= 1e-7 * w for g, w in zip(got, want)),
+           f'--log: each line\'s lr is its last step\'s ({got} vs {want})', r1.stderr + r2.stderr + r3.stderr)
+    resumed = [json.loads(line)['lr'] for line in open('cs2.jsonl')] if ok else []
+    expect(resumed == got, f'--log: the resumed run logs the straight run\'s lrs ({resumed} vs {got})')
     # The cosine schedule spans --epochs: resuming with others changes its course, and says so.
     r1 = run('train', 'mlp.json', *common, '--epochs', '1', '--lr-schedule', 'cosine', '--save', 'cos.ckpt')
     half = [('32' if a == '64' and common[i - 1] == '--batch-size' else a) for i, a in enumerate(common)]

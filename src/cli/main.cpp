@@ -472,9 +472,14 @@ static int train(const TrainOptions& o) {
   TrainingRecord chart;  // the run so far: drawn by --plot, kept in checkpoints
   double epoch_loss_sum = 0;
   int64_t epoch_loss_rows = 0;
+  // The learning rate the last optimizer step used (--log's "lr"); a checkpoint saved inside an
+  // epoch keeps it for the resumed run's first line, which may come before any step.
+  double step_lr = 0;
+  check(dp_optimizer_lr(opt.get(), &step_lr), "optimizer");
   if (resumed_part) {
     epoch_loss_sum = part.value("sum", 0.0);
     epoch_loss_rows = part.value("rows", int64_t(0));
+    if (part.contains("lr") && part["lr"].is_number()) step_lr = part["lr"].get<double>();
   }
   if (!o.resume.empty() && lead) {
     nlohmann::json now = record["training"];
@@ -499,7 +504,7 @@ static int train(const TrainOptions& o) {
     meta["history"] = history_json(chart);
     if (best_step >= 0) meta["best_so_far"] = {{"metric", o.best_metric}, {"value", best}, {"step", best_step}};
     if (batch > 0)  // inside an epoch, or after its last batch before its end (--max-steps, Ctrl-C)
-      meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}};
+      meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}, {"lr", step_lr}};
     if (extra.is_object()) meta.update(extra);
     check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), option);
   };
@@ -568,6 +573,7 @@ static int train(const TrainOptions& o) {
       const int64_t i = batch;  // this batch's index in the epoch
       if (K == 1) {
         check(dp_group_train_step(group.get(), opt.get(), x.get(), y.get(), &loss), "train step");
+        check(dp_optimizer_lr(opt.get(), &step_lr), "optimizer");
         step_loss = loss;
       } else {
         const double share = double(batch_rows(i)) / double(step_rows(i));
@@ -577,6 +583,7 @@ static int train(const TrainOptions& o) {
         step_loss += share * loss;
         if (closes_step(i)) {
           check(dp_optimizer_step(opt.get()), "optimizer step");
+          check(dp_optimizer_lr(opt.get(), &step_lr), "optimizer");
           check(dp_group_zero_grad(group.get()), "zero_grad");
         }
       }
@@ -600,7 +607,8 @@ static int train(const TrainOptions& o) {
                         json_num(r.loss) + ", test accuracy " + json_num(r.accuracy));
         if (log)
           log << "{\"step\": " << global_step << ", \"epoch\": " << json_num(at) << ", \"test_loss\": "
-              << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << "}" << std::endl;
+              << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << ", \"lr\": " << nlohmann::json(step_lr).dump()
+              << "}" << std::endl;
         if (lead) chart.evals.push_back({global_step, r.loss, r.accuracy});
         evaluated(r, at);
       }
@@ -627,7 +635,7 @@ static int train(const TrainOptions& o) {
       log << "{\"epoch\": " << epoch + 1 << ", \"step\": " << global_step << ", \"train_loss\": " << json_num(last_loss)
           << ", \"test_loss\": " << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
           << ", \"samples_per_second\": " << (samples ? json_num(samples / std::max(train_seconds, 1e-9)) : "null")
-          << "}" << std::endl;  // (null: an epoch ended by a resumed run before any batch)
+          << ", \"lr\": " << nlohmann::json(step_lr).dump() << "}" << std::endl;  // (null: an epoch ended by a resumed run before any batch)
     evaluated(last_eval, double(epoch + 1));
     save();
   }
@@ -908,7 +916,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train_cmd->add_option("--save", t.save, "checkpoint to write after each epoch (and on Ctrl-C or SIGTERM)");
   train_cmd->add_option("--resume", t.resume, "checkpoint to continue from")->check(CLI::ExistingFile);
-  train_cmd->add_option("--log", t.log, "append a JSON line per epoch (and per --eval-every evaluation) to this file");
+  train_cmd->add_option("--log", t.log, "append a JSON line per epoch (and per --eval-every evaluation) to this file, with the step and the lr its last step used");
   train_cmd->add_option("--plot", t.plot, "write a chart of the run (losses per step and epoch, test accuracy) to this SVG file");
   train_cmd->add_option("--clip-grad-norm", t.clip_grad_norm,
                         "clip the gradients' global 2-norm to this before each step (clip_grad_norm_; 0: off)")

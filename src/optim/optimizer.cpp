@@ -275,6 +275,8 @@ class Adam : public Optimizer {
     r.lr = float(lr);
     r.b1 = float(beta1_);
     r.b2 = float(beta2_);
+    r.c1 = float(1 - beta1_);
+    r.c2 = float(1 - beta2_);
     r.eps = float(eps_);
     r.wd = decoupled_ ? 0.f : float(weight_decay_);
     r.decay = decoupled_ ? float(1 - lr * weight_decay_) : 1.f;
@@ -287,7 +289,10 @@ class Adam : public Optimizer {
     const OptimRule r = rule();
     float* __restrict m = m_.data();
     float* __restrict v = v_.data();
-    for (int64_t i = b; i < e; ++i) adam(p[i], g[i], m[i], v[i], r);
+    if (adam_lerp_from_start(r))
+      for (int64_t i = b; i < e; ++i) adam_from<true>(p[i], g[i], m[i], v[i], r);
+    else
+      for (int64_t i = b; i < e; ++i) adam_from<false>(p[i], g[i], m[i], v[i], r);
   }
 
   std::vector<std::pair<std::string, std::vector<float>*>> state() override {

@@ -4,6 +4,7 @@ device_ids=, the loop variables after a DataLoader loop, weights saved for
 torch in one call, and Tensor's repr."""
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -148,6 +149,42 @@ def _trained(kind, steps=3, seed=1, schedule=None):
     for _ in range(steps):
         net.train_step(opt, x, y)
     return m, net, opt
+
+
+@pytest.mark.parametrize('kind,wd', [('adam', 0.0), ('adam', 0.1), ('adamw', 0.1)])
+def test_adam_step_is_pytorchs_operation_by_operation(kind, wd):
+    """torch.optim.Adam's single-tensor step in float32, operation by operation:
+    exp_avg.lerp_(grad, 1 - beta1), exp_avg_sq.mul_(beta2).addcmul_(grad, grad,
+    value=1 - beta2), param.addcdiv_(exp_avg, sqrt(exp_avg_sq) / sqrt(bias
+    correction 2) + eps, value=-lr / bias correction 1), with 1 - beta worked out
+    in double as PyTorch's Python floats are. dp used 1 - float32(0.999): every
+    step 6.4e-6 relatively off, a Fashion-MNIST MLP's loss 2e-4 from PyTorch's
+    after 18 steps. Bit for bit against these formulas; PyTorch 2.15 itself is
+    within 2 ulp of them over 20 steps (its vector kernels fuse multiply-adds)."""
+    m = dp.Model(dict(SMALL, seed=3))
+    net = dp.DataParallel(m, 1)
+    lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-8
+    opt = (dp.Adam if kind == 'adam' else dp.AdamW)(net, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    f = np.float32
+    p = m.parameters().copy()
+    exp_avg, exp_avg_sq = np.zeros_like(p), np.zeros_like(p)
+    for t in range(1, 5):
+        net.zero_grad()
+        net.forward_backward(*batch(seed=t))
+        g = m.gradients().copy()
+        opt.step()
+        if kind == 'adamw':
+            p = p * f(1 - lr * wd)
+        elif wd:
+            g = g + f(wd) * p
+        exp_avg = exp_avg + f(1 - b1) * (g - exp_avg)
+        exp_avg_sq = exp_avg_sq * f(b2) + f(1 - b2) * g * g
+        step_size, bc2_sqrt = f(lr / (1 - b1 ** t)), f(math.sqrt(1 - b2 ** t))
+        p = p - step_size * exp_avg / (np.sqrt(exp_avg_sq) / bc2_sqrt + f(eps))
+        state = opt.state_dict()['state']
+        assert np.array_equal(np.concatenate([state[i]['exp_avg_sq'].ravel() for i in sorted(state)]), exp_avg_sq)
+        assert np.array_equal(np.concatenate([state[i]['exp_avg'].ravel() for i in sorted(state)]), exp_avg)
+        assert np.array_equal(m.parameters(), p), f'step {t}: {np.abs(m.parameters() - p).max()}'
 
 
 def test_optimizer_param_groups_have_pytorchs_keys_and_defaults():

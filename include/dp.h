@@ -330,7 +330,9 @@ DP_API dp_status dp_process_group_create(const char* config_json, dp_process_gro
 DP_API void dp_process_group_destroy(dp_process_group* pg);
 DP_API dp_status dp_process_group_rank(const dp_process_group* pg, int* rank);
 DP_API dp_status dp_process_group_world_size(const dp_process_group* pg, int* world_size);
-/* The process's rank among those on its machine (LOCAL_RANK). */
+/* The process's rank among those on its machine: LOCAL_RANK (or mpirun's,
+ * Slurm's) or the config's "local_rank"; where neither gives it, its place in
+ * rank order among the group's processes with its host name. */
 DP_API dp_status dp_process_group_local_rank(const dp_process_group* pg, int* local_rank);
 /* The group's processes on this machine (those with this host name): they
  * share its cores. */

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -31,6 +32,7 @@ DistConfig dist_config_from_json(const std::string& text) {
   c.rank = static_cast<int>(a.integer("rank", c.rank, 0));
   if (c.rank >= c.world_size)
     fail(DP_ERR_MODEL, "/rank: " + std::to_string(c.rank) + " is outside the world of " + std::to_string(c.world_size) + " processes");
+  if (doc.is_object() && doc.contains("local_rank")) c.local_rank_given = true;
   c.local_rank = static_cast<int>(a.integer("local_rank", c.local_rank, 0));
   c.master_addr = a.string("master_addr", c.master_addr);
   const int64_t port = a.integer("master_port", c.master_port, 1);
@@ -47,11 +49,15 @@ ProcessGroup::ProcessGroup(const DistConfig& config) : config_(config) {
   store_ = std::make_unique<TcpStore>(config_.master_addr, config_.master_port, config_.rank == 0, config_.timeout_s);
   rendezvous(*store_, config_);
   comm_ = std::make_unique<GlooComm>(*store_, config_);
-  // Processes on this machine: those with this host name.
+  // Processes on this machine: those with this host name. Without a LOCAL_RANK (processes started
+  // by hand with RANK and WORLD_SIZE), this one's place among them in rank order, so that two
+  // processes on one machine do not both take cuda:0.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
+  const std::vector<std::string> hosts = all_gather(host);
   local_world_size_ = 0;
-  for (const std::string& h : all_gather(host)) local_world_size_ += h == host;
+  for (const std::string& h : hosts) local_world_size_ += h == host;
+  if (!config_.local_rank_given) config_.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + config_.rank, std::string(host)));
 #else
   fail(DP_ERR_DEVICE, "this dp was built without Gloo (Debian's libgloo-dev), so it cannot join a world of " +
                           std::to_string(config_.world_size) + " processes");

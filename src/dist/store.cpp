@@ -105,6 +105,7 @@ DistConfig dist_config_from_env() {
       fail(DP_ERR_INVALID_ARGUMENT, std::string(s[1]) + "=" + std::to_string(c.rank) + " is outside the world of " +
                                         s[2] + "=" + std::to_string(c.world_size));
     c.local_rank = static_cast<int>(env_int(s[3], 0, 0, 1 << 20));
+    c.local_rank_given = std::getenv(s[3]) != nullptr;
     break;
   }
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) c.master_addr = a;

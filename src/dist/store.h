@@ -27,6 +27,7 @@ std::string seconds_text(double s);
 
 struct DistConfig {
   int rank = 0, world_size = 1, local_rank = 0;
+  bool local_rank_given = false;  // by the launcher or the config; else the group counts it from host names
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // torchrun's default
   double timeout_s = 300;

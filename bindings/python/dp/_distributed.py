@@ -82,6 +82,14 @@ def _config(init_method, timeout, world_size, rank, local_rank, master_addr, mas
             if key in cfg and cfg[key] != value:
                 raise InvalidArgumentError(f'{key}={value} differs from init_method\'s {key}={cfg[key]}')
             cfg[key] = value
+    # init_method="env://" named: the launcher's variables are expected, as torch.distributed
+    # expects them (without any init_method, no launcher is a world of one).
+    if init_method == 'env://':
+        for key, names in (('rank', ('RANK', 'OMPI_COMM_WORLD_RANK', 'SLURM_PROCID')),
+                           ('world_size', ('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'SLURM_NTASKS'))):
+            if key not in cfg and not any(os.environ.get(n) for n in names):
+                raise InvalidArgumentError(f'init_method="env://": environment variable {names[0]} expected, but not '
+                                           f'set (a launcher sets it: torchrun, mpirun, srun; or give {key}=)')
     if local_rank is not None:
         cfg['local_rank'] = _int_key('local_rank', local_rank)
     if master_addr is not None:

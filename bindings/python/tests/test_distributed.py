@@ -69,8 +69,8 @@ def worker(mode, rank, port, out):
             pg = dp.init_process_group('gloo', world_size=2, rank=0, master_addr='127.0.0.1', master_port=port,
                                        timeout=60)
         else:
-            pg = dp.init_process_group(init_method=f'tcp://127.0.0.1:{port}', world_size=2, rank=1, local_rank=1,
-                                       timeout=60)
+            # No local_rank (processes started by hand): the group counts it from host names.
+            pg = dp.init_process_group(init_method=f'tcp://127.0.0.1:{port}', world_size=2, rank=1, timeout=60)
     except dp.IOError:
         sys.exit(3)  # rank 0 could not listen on the port: the test picks another
     info = {'rank': dp.get_rank(), 'world_size': dp.get_world_size(), 'local_rank': dp.get_local_rank(),
@@ -230,9 +230,20 @@ def test_init_errors():
     assert not dp.is_initialized()
 
 
-def test_config_from_arguments():
+def test_config_from_arguments(monkeypatch):
     cfg = dp._distributed._config
+    for v in LAUNCH_VARS:
+        monkeypatch.delenv(v, raising=False)
     assert cfg(None, None, None, None, None, None, None) == {}
+    # init_method="env://" named: RANK and WORLD_SIZE expected, as torch.distributed's (without a
+    # launcher it was a world of one, silently).
+    with pytest.raises(ValueError, match='environment variable RANK expected'):
+        cfg('env://', None, -1, -1, None, None, None)
+    with pytest.raises(ValueError, match='environment variable WORLD_SIZE expected'):
+        cfg('env://', None, -1, 0, None, None, None)
+    assert cfg('env://', None, 2, 0, None, None, None) == {'rank': 0, 'world_size': 2}
+    monkeypatch.setenv('OMPI_COMM_WORLD_RANK', '0')
+    monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '1')
     assert cfg('env://', None, -1, -1, None, None, None) == {}
     assert cfg('tcp://10.0.0.1:23456?rank=1&world_size=4', datetime.timedelta(minutes=2), None, None, 1, None,
                None) == {'master_addr': '10.0.0.1', 'master_port': 23456, 'rank': 1, 'world_size': 4,

@@ -315,15 +315,24 @@ class Optimizer:
         else:
             cfg = self._scaler_cfg or {}
             sc = (float(cfg.get('init_scale', 2.0 ** 16)), 0, 0)  # afresh
-        lr = group.get('initial_lr', group.get('lr')) if self._scheduled else group.get('lr')
-        with _converting('Optimizer.load_state_dict: initial_lr'):
-            initial = None if self._scheduled or group.get('initial_lr') is None else float(group['initial_lr'])
+        lr, initial = self._lrs_of(group, 'Optimizer.load_state_dict')
         # All checked but the scaler's values (checked first by libdp); then write.
         _check(_lib.optimizer_set_grad_scaler_state(self._h, *sc))
         for kind, parts in staged.items():
             flat = np.ascontiguousarray(np.concatenate([p.reshape(-1) for p in parts]), np.float32)
             _check(_lib.optimizer_set_state(self._h, kind.encode(), flat.ctypes.data, flat.size))
         _check(_lib.optimizer_set_steps(self._h, steps))
+        self._set_lrs(lr, initial)
+
+    def _lrs_of(self, group, where):
+        """The lr to restore from a param group (under a libdp schedule, its
+        base: "initial_lr") and a dp.lr_scheduler's "initial_lr" (or None)."""
+        lr = group.get('initial_lr', group.get('lr')) if self._scheduled else group.get('lr')
+        with _converting(f'{where}: initial_lr'):
+            initial = None if self._scheduled or group.get('initial_lr') is None else float(group['initial_lr'])
+        return lr, initial
+
+    def _set_lrs(self, lr, initial):
         if lr is not None and lr != self._base_lr:
             self.lr = lr
         if initial is not None:  # a dp.lr_scheduler's, as PyTorch's param_groups keep it

@@ -61,6 +61,41 @@ def test_resumed_through_state_dict_continues_the_curve(case):
     assert close(lrs(s2, o2, REF['steps'], case.get('metrics'), start=23), case['lr'][23:]), case['make']
 
 
+def test_resumed_through_a_checkpoint_continues_the_curve(tmp_path):
+    """dp.save_checkpoint keeps the optimizer's lr and initial_lr (as PyTorch's
+    optimizer state dict does): make the optimizer and scheduler, load the
+    checkpoint and the scheduler's state dict, and the run goes on as the
+    straight one (the lr was the optimizer's initial one: the resumed run
+    trained 0.03 apart, silently)."""
+    x = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    y = np.arange(16) % 3
+
+    def make():
+        o = optimizer(0.01, dp.Adam)
+        return o, S.CosineAnnealingLR(o, T_max=6)
+
+    o, sched = make()
+    seen = []
+    for epoch in range(6):
+        o.group.train_step(o, x, y)
+        sched.step()
+        seen.append(o.lr)
+        if epoch == 2:
+            dp.save_checkpoint(tmp_path / 'c.safetensors', o.group, o, metadata={'epoch': epoch})
+            sd = sched.state_dict()
+    o2, sched2 = make()
+    dp.load_checkpoint(tmp_path / 'c.safetensors', o2.group, o2)
+    sched2.load_state_dict(sd)
+    assert o2.lr == seen[2] and o2.param_groups[0]['initial_lr'] == 0.01
+    for epoch in range(3, 6):
+        o2.group.train_step(o2, x, y)
+        sched2.step()
+        assert o2.lr == seen[epoch]
+    assert np.array_equal(o2.group.model.parameters(), o.group.model.parameters())
+    with pytest.raises(ValueError, match='reserved'):
+        dp.save_checkpoint(tmp_path / 'd.safetensors', o.group, o, metadata={'python_param_group_lrs': 1})
+
+
 def test_the_scheduled_lr_is_the_one_the_step_uses():
     """Two identical runs, one with ExponentialLR, one setting the same lr by
     hand: the same weights after 6 steps."""

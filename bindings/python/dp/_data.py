@@ -14,7 +14,7 @@ from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentErro
                       _check)
 from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
-from ._util import _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
+from ._util import _integer_inputs, _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
 def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
@@ -25,12 +25,24 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
     def get_item(user, index, inp, tgt, err, cap):
         try:
             x, y = fn(index)
-            xa = np.ascontiguousarray(x, dtype=np.float32)
+            xa = np.asarray(x)
+            if xa.dtype.kind in 'iub':
+                raise _integer_inputs('get_item\'s input', xa.dtype)
+            # The sample's shape, or flat: another layout (HWC for [C, H, W]) would be read as this one.
+            if xa.ndim != 1 and xa.shape != sample_shape:
+                raise ShapeError(f'input has shape {list(xa.shape)}; the sample shape is {list(sample_shape)} '
+                                 '(return that shape or a flat array; an image in HWC order needs '
+                                 'x.transpose(2, 0, 1) for [C, H, W])')
+            xa = np.ascontiguousarray(xa, dtype=np.float32)
             if xa.size != n_in:
                 raise ShapeError(f'input has {xa.size} values; the sample shape {list(sample_shape)} has {n_in}')
             ctypes.memmove(inp, xa.ctypes.data, n_in * 4)
             if target_dtype == 'int64':
-                ctypes.c_int64.from_address(tgt).value = int(y)
+                ya = np.asarray(y)
+                if ya.size != 1 or ya.dtype.kind not in 'iubf' or (ya.dtype.kind == 'f' and ya.item() != int(ya.item())):
+                    raise ArgumentTypeError(f'target {y!r} is not a class index (an int): give target_dtype="float32" '
+                                    'for float targets')
+                ctypes.c_int64.from_address(tgt).value = int(ya.item())
             else:
                 ya = np.ascontiguousarray(y, dtype=np.float32)
                 if ya.size != n_t:
@@ -98,6 +110,8 @@ class Dataset:
         if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
             raise ShapeError(f'from_arrays: inputs and targets need the same first dimension (one row per sample), '
                              f'got shapes {x.shape} and {y.shape}')
+        if x.dtype.kind in 'iub':
+            raise _integer_inputs('from_arrays: inputs', x.dtype)
         with _converting(f'from_arrays: inputs of dtype {x.dtype} as float32'):
             x = np.ascontiguousarray(x, dtype=np.float32)
         tdtype = 'int64' if y.dtype.kind in 'iub' else 'float32'

@@ -11,7 +11,7 @@ from . import _lib
 from ._context import _ctx, device_count
 from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnknownKeyError, UnsupportedError, _check
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import (_INT64, _as_f32, _converting, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+from ._util import (_INT64, _as_f32, _converting, _integer_inputs, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
 
 _NBT = 'num_batches_tracked'
@@ -514,9 +514,7 @@ class DataParallel:
                     dt = _np().asarray(x).dtype  # [[1, 2, 3]]: integers, as torch.tensor reads them
             kind = str(dt) if getattr(dt, 'kind', 'f') in 'iubO' else None
         if kind:
-            raise ArgumentTypeError(f'input: {kind} values, where the model takes floats: dp does not convert or '
-                                    'scale them (uint8 pixels would train as 0..255); convert and normalise first, '
-                                    'e.g. x.astype(numpy.float32) / 255')
+            raise _integer_inputs('input', kind)
         return as_tensor(x, 'float32', ctx=self._ctx)
 
     def forward(self, x):

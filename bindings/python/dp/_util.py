@@ -14,6 +14,14 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
+def _integer_inputs(what, kind):
+    """The error for integer or bool inputs to a model, as PyTorch refuses them against float
+    weights: dp does not convert or scale them (raw uint8 pixels would train as 0..255)."""
+    return ArgumentTypeError(f'{what}: {kind} values, where the model takes floats: dp does not convert or scale '
+                             'them (uint8 pixels would train as 0..255); convert and normalise first, e.g. '
+                             'x.astype(numpy.float32) / 255')
+
+
 @contextlib.contextmanager
 def _converting(what):
     """Turns what Python, NumPy or ctypes raise while converting an argument

@@ -216,6 +216,27 @@ def test_callback_dataset_matches_arrays():
     assert by.dtype == np.float32 and np.array_equal(by, x[:, 0])
 
 
+def test_datasets_refuse_what_a_model_call_refuses():
+    """uint8 pixels through a dataset trained unscaled (0..255) where net(x)
+    refuses them; a callback's HWC image for [C, H, W] was read as CHW, and a
+    float target 0.7 became class 0: each refused with the reason."""
+    x = np.arange(24, dtype=np.uint8).reshape(4, 3, 2)
+    with pytest.raises(dp.ArgumentTypeError, match='uint8 values.*astype'):
+        dp.Dataset.from_arrays(x, np.zeros(4, np.int64))
+    assert len(dp.Dataset.from_arrays(x.astype(np.float32) / 255, np.zeros(4, np.int64))) == 4
+
+    def first(get, **kw):
+        return dp.DataLoader(dp.Dataset.from_callback(get, 4, (3, 2), **kw), batch_size=4).next_batch()
+    with pytest.raises(dp.InvalidArgumentError, match='uint8 values'):
+        first(lambda i: (x[i], 0))
+    with pytest.raises(dp.InvalidArgumentError, match=r'shape \[2, 3\]; the sample shape is \[3, 2\]'):
+        first(lambda i: (np.zeros((2, 3), np.float32), 0))
+    with pytest.raises(dp.InvalidArgumentError, match='not a class index'):
+        first(lambda i: (np.zeros((3, 2), np.float32), 0.7))
+    bx, by = first(lambda i: (np.full(6, i, np.float32), np.float64(i)))  # flat, and a whole float: as before
+    assert np.array_equal(np.asarray(bx)[:, 1, 1], [0, 1, 2, 3]) and np.array_equal(np.asarray(by), [0, 1, 2, 3])
+
+
 def test_callback_errors_fail_the_batch():
     def get(i):
         if i == 7:

@@ -529,7 +529,8 @@ class DataParallel:
         g = as_tensor(grad_output, 'float32', ctx=self._ctx)
         _check(_lib.group_backward(self._h, g._h))
 
-    def zero_grad(self):
+    def zero_grad(self, set_to_none=True):
+        """Clears the gradients (set_to_none as PyTorch's: see Optimizer.zero_grad)."""
         _check(_lib.group_zero_grad(self._h))
 
     def last_split(self):

@@ -42,8 +42,12 @@ class Optimizer:
         with no backward since zero_grad(), as torch.optim after zero_grad()."""
         _check(_lib.optimizer_step(self._h))
 
-    def zero_grad(self):
-        self.group.zero_grad()
+    def zero_grad(self, set_to_none=True):
+        """As torch.optim's: the next step() without a backward before it
+        does nothing (dp's gradients count as None until a backward, whichever
+        set_to_none says; PyTorch's False would apply momentum and weight decay
+        to zero gradients)."""
+        self.group.zero_grad(set_to_none)
 
     @property
     def lr(self):
@@ -417,9 +421,30 @@ class _ParamGroup(dict):
         return [self[k] for k in self]
 
 
+# torch.optim's implementation choices, accepted at the values dp's one implementation is
+# (so that PyTorch code passing them, or a param_groups entry's, runs), refused otherwise.
+_TORCH_IMPLEMENTATION_ARGS = {'maximize': False, 'foreach': None, 'fused': None, 'capturable': False,
+                              'differentiable': False}
+
+
 def _opt_class(kind, doc):
     def __init__(self, group, lr=1e-3, **kwargs):
-        Optimizer.__init__(self, group, dict(type=kind, lr=lr, **kwargs))
+        for k, default in _TORCH_IMPLEMENTATION_ARGS.items():
+            if k in kwargs:
+                v = kwargs.pop(k)
+                if v is not default and v != default:
+                    raise UnsupportedError(f'{type(self).__name__}: {k}={v!r} is not supported (dp has one '
+                                           f'implementation: {k}={default!r}, PyTorch\'s default)')
+        t = kind
+        if 'decoupled_weight_decay' in kwargs:  # torch 2.x's Adam(decoupled_weight_decay=True) is AdamW
+            d = kwargs.pop('decoupled_weight_decay')
+            if kind == 'adam' and d is True:
+                t = 'adamw'
+                kwargs.setdefault('weight_decay', 0)  # Adam's default, not AdamW's 0.01
+            elif d is not (kind == 'adamw'):
+                raise UnsupportedError(f'{type(self).__name__}: decoupled_weight_decay={d!r}: use dp.Adam for '
+                                       'L2 weight decay, dp.AdamW for decoupled')
+        Optimizer.__init__(self, group, dict(type=t, lr=lr, **kwargs))
     return type(kind.upper() if kind == 'sgd' else {'adam': 'Adam', 'adamw': 'AdamW'}[kind], (Optimizer,),
                 {'__init__': __init__, '__doc__': doc})
 

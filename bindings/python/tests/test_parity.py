@@ -187,6 +187,33 @@ def test_adam_step_is_pytorchs_operation_by_operation(kind, wd):
         assert np.array_equal(m.parameters(), p), f'step {t}: {np.abs(m.parameters() - p).max()}'
 
 
+def test_optimizers_take_pytorchs_implementation_arguments_at_dps_values():
+    """PyTorch code passes maximize=False, foreach=None, fused=None (and a
+    param_groups entry holds them): taken; other values refused by name.
+    Adam(decoupled_weight_decay=True) is AdamW, as in torch 2.x;
+    zero_grad(set_to_none=...) as PyTorch's."""
+    _, net, _ = _trained('sgd', 0)
+    g = dict(dp.SGD(net, lr=0.1, momentum=0.9).param_groups[0])
+    g.pop('params')
+    assert dp.SGD(net, **g).param_groups[0]['momentum'] == 0.9
+    a = dict(dp.Adam(net, lr=0.01).param_groups[0])
+    a.pop('params')
+    assert dp.Adam(net, **a).param_groups[0]['decoupled_weight_decay'] is False
+    with pytest.raises(dp.UnsupportedError, match='maximize=True'):
+        dp.SGD(net, lr=0.1, maximize=True)
+    with pytest.raises(dp.UnsupportedError, match='foreach=True'):
+        dp.Adam(net, foreach=True)
+    w = dp.Adam(net, lr=0.01, decoupled_weight_decay=True, weight_decay=0.1).param_groups[0]
+    assert w['decoupled_weight_decay'] is True and w['weight_decay'] == 0.1
+    assert dp.Adam(net, decoupled_weight_decay=True).param_groups[0]['weight_decay'] == 0  # Adam's default
+    with pytest.raises(dp.UnsupportedError, match='decoupled_weight_decay'):
+        dp.AdamW(net, decoupled_weight_decay=False)
+    opt = dp.SGD(net, lr=0.1)
+    for to_none in (True, False):
+        opt.zero_grad(set_to_none=to_none)
+        net.zero_grad(set_to_none=to_none)
+
+
 def test_optimizer_param_groups_have_pytorchs_keys_and_defaults():
     # torch 2.x's param_groups keys (torch.optim.Adam/SGD(...).state_dict()),
     # so that torch.optim's step() finds each one after load_state_dict.

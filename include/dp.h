@@ -564,7 +564,8 @@ DP_API dp_status dp_dataset_from_arrays(dp_context* ctx, const float* inputs, in
  * batch: dp_loader_next then returns DP_ERR_INVALID_ARGUMENT, "dataset
  * callback failed at index I: <message>", and the next call goes on with
  * the next batch. Called from loader threads, concurrently. release (may be NULL) runs
- * when the dataset is destroyed. The struct is versioned by struct_size. */
+ * when the dataset is destroyed; if this call fails, it is not called (user stays the
+ * caller's to free). The struct is versioned by struct_size. */
 typedef struct dp_dataset_callbacks {
   size_t struct_size; /* sizeof(dp_dataset_callbacks) */
   void* user;

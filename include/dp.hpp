@@ -668,20 +668,26 @@ class Dataset : public detail::Handle<dp_dataset, dp_dataset_destroy> {
   }
   // Class-index targets (one int64_t per sample), copied (borrow = false) or
   // read in place (borrow = true: the arrays must outlive the dataset).
+  // inputs must hold prod(sample_shape) floats per target (DP_ERR_SHAPE).
   static Dataset from_arrays(Context& ctx, Span<const float> inputs, const Shape& sample_shape,
                              Span<const int64_t> targets, bool borrow = false) {
+    check_sizes(inputs.size(), sample_shape, targets.size());
     dp_dataset* d = nullptr;
     check(dp_dataset_from_arrays(ctx.get(), inputs.data(), detail::ndim_of(sample_shape), sample_shape.data(),
                                  static_cast<int64_t>(targets.size()), DP_I64, targets.data(), 0, nullptr,
                                  borrow ? 1 : 0, &d));
     return Dataset(d);
   }
-  // Float targets of target_shape per sample (regression).
+  // Float targets of target_shape per sample (regression); inputs and
+  // targets must hold whole samples of the same count (DP_ERR_SHAPE).
   static Dataset from_arrays(Context& ctx, Span<const float> inputs, const Shape& sample_shape,
                              Span<const float> targets, const Shape& target_shape, bool borrow = false) {
-    int64_t per = 1;
-    for (int64_t d : target_shape) per *= d;
-    int64_t count = per > 0 ? static_cast<int64_t>(targets.size()) / per : 0;
+    const int64_t per = elements(target_shape);
+    const int64_t count = per > 0 ? static_cast<int64_t>(targets.size()) / per : 0;
+    if (per > 0 && targets.size() % static_cast<size_t>(per) != 0)
+      throw Error(DP_ERR_SHAPE, "dp::Dataset::from_arrays: " + std::to_string(targets.size()) +
+                                    " target values are not whole samples of " + std::to_string(per));
+    check_sizes(inputs.size(), sample_shape, static_cast<size_t>(count));
     dp_dataset* d = nullptr;
     check(dp_dataset_from_arrays(ctx.get(), inputs.data(), detail::ndim_of(sample_shape), sample_shape.data(), count,
                                  DP_F32, targets.data(), detail::ndim_of(target_shape), target_shape.data(),
@@ -722,6 +728,25 @@ class Dataset : public detail::Handle<dp_dataset, dp_dataset_destroy> {
   void set_transform(const std::string& json) { check(dp_dataset_set_transform(get(), json.c_str())); }
 
  private:
+  // prod(shape), or -1 where a dimension is negative (dp reports it).
+  static int64_t elements(const Shape& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+      if (d < 0) return -1;
+      n *= d;
+    }
+    return n;
+  }
+  // The inputs are `count` whole samples (dp reads count * prod(sample_shape) floats: a shorter
+  // span would be read past its end).
+  static void check_sizes(size_t inputs, const Shape& sample_shape, size_t count) {
+    const int64_t per = elements(sample_shape);
+    if (per <= 0) return;  // dp reports the shape
+    if (inputs % static_cast<size_t>(per) != 0 || inputs / static_cast<size_t>(per) != count)
+      throw Error(DP_ERR_SHAPE, "dp::Dataset::from_arrays: " + std::to_string(inputs) + " input values for " +
+                                    std::to_string(count) + " targets; each sample takes " + std::to_string(per));
+  }
+
   static int call_get_item(void* user, int64_t index, float* input, void* target, char* error,
                            size_t capacity) noexcept {
     auto copy_message = [&](const char* what) {

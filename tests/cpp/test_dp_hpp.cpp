@@ -320,6 +320,14 @@ TEST_CASE("datasets, loaders and checkpoints") {
   dp::Dataset arrays = dp::Dataset::from_arrays(ctx, all.x, {4}, all.y);
   CHECK(arrays.size() == n);
   CHECK(arrays.sample_shape() == dp::Shape{4});
+  // Spans that do not hold whole samples for every target are refused before dp reads past them.
+  std::vector<float> short_inputs(10);
+  std::vector<int64_t> many_targets(100000);
+  CHECK_THROWS_WITH_AS(dp::Dataset::from_arrays(ctx, short_inputs, {8}, many_targets),
+                       "dp::Dataset::from_arrays: 10 input values for 100000 targets; each sample takes 8", dp::Error);
+  std::vector<float> regression_targets(7);
+  CHECK_THROWS_AS(dp::Dataset::from_arrays(ctx, all.x, {4}, regression_targets, {2}), dp::Error);  // 3.5 samples
+  CHECK(dp::Dataset::from_arrays(ctx, all.x, {4}, std::vector<float>(2 * n), {2}).size() == n);
 
   // A C++ function as the dataset; an exception fails its batch with the message.
   dp::Dataset fn = dp::Dataset::from_function(ctx, n, {4}, [&](int64_t i, float* input, void* target) {

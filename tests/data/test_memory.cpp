@@ -129,6 +129,21 @@ TEST_CASE("callbacks: samples come from get_item; release runs at destroy") {
   CHECK(!st.released);
   dp_dataset_destroy(ds);
   CHECK(st.released);
+
+  // A failed creation does not call release: user stays the caller's (dp.hpp's from_function frees it then).
+  CbState refused;
+  dp_dataset_callbacks cb;
+  std::memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  cb.user = &refused;
+  cb.length = 3;
+  cb.get_item = get_item;
+  cb.release = release;
+  int64_t bad_shape = -2;
+  dp_dataset* none = nullptr;
+  CHECK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &bad_shape, DP_I64, 0, nullptr, &none) != DP_OK);
+  CHECK(none == nullptr);
+  CHECK(!refused.released);
 }
 
 TEST_CASE("callbacks: a failing get_item fails that batch's dp_loader_next, then the loader continues") {

@@ -27,6 +27,7 @@
 // first gathers every process's losses and statistics, as soon as this
 // process's replicas have their losses (while they run backward), so the
 // gate decides on the whole batch's loss, the same on every process.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -228,10 +229,15 @@ class CpuEngine final : public Engine {
   // group does (the buckets wrote sums the optimizer never used).
   void finish(const RunPlan& plan) override {
     if (procs_) {
-      const auto t0 = std::chrono::steady_clock::now();
       std::unique_lock<std::mutex> lock(stage_mu_);
+      waiting_since_ = std::chrono::steady_clock::now();
+      waiting_ = true;
+      computed_while_waiting_ = 0;
       stage_cv_.wait(lock, [&] { return stage_done_ == stage_started_; });
-      exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      waiting_ = false;
+      // The wait, less the stage's optimizer updates in it: what communication left exposed.
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since_).count();
+      exposed_s_ += std::max(0.0, waited - computed_while_waiting_);
       if (stage_error_) std::rethrow_exception(stage_error_);
       lock.unlock();
       if (plan.job != Job::kBackward && !gathered_) gather_results();
@@ -332,27 +338,36 @@ class CpuEngine final : public Engine {
   // step the gate first (once every replica has its loss), then the buckets
   // in order, each once its sum over the replicas is done.
   void stage_job(std::unique_lock<std::mutex>& lock) {
+    using Clock = std::chrono::steady_clock;
+    auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     if (opt_) {  // kBackward has no optimizer, and no gate
       stage_cv_.wait(lock, [&] { return cancel_ || losses_ == n_; });
       if (cancel_) return;
       lock.unlock();
-      gather_results();
+      const auto t0 = Clock::now();
+      gather_results();  // a collective: the processes' losses and statistics
+      const auto t1 = Clock::now();
       if (!defer_) decide();
+      const auto t2 = Clock::now();
       lock.lock();
+      busy_s_ += seconds(t0, t1);
+      if (waiting_ && t2 > waiting_since_) computed_while_waiting_ += seconds(std::max(t1, waiting_since_), t2);
     }
     for (size_t j = 0; j < buckets_.size(); ++j) {
       stage_cv_.wait(lock, [&] { return cancel_ || ready_[j]; });
       if (cancel_) return;
       lock.unlock();
       const Bucket& bk = buckets_[j];
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       // Keyed by bucket, apart for a step's and a backward's arrays.
       const int key = static_cast<int>(j + (opt_ ? 0 : buckets_.size()));
       procs_->all_reduce_bucket(rank_, key, dst_ + bk.begin, bk.count);
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const auto t1 = Clock::now();
       if (opt_ && !defer_ && decide()) opt_->update(params_, dst_, bk.begin, bk.begin + bk.count);
+      const auto t2 = Clock::now();
       lock.lock();
-      busy_s_ += took;
+      busy_s_ += seconds(t0, t1);
+      if (waiting_ && t2 > waiting_since_) computed_while_waiting_ += seconds(std::max(t1, waiting_since_), t2);
     }
   }
 
@@ -372,7 +387,11 @@ class CpuEngine final : public Engine {
   int losses_ = 0;  // replicas whose loss is known, in this training step
   bool cancel_ = false, stop_ = false;
   std::exception_ptr stage_error_;
-  double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds()
+  double busy_s_ = 0, exposed_s_ = 0;  // comm_seconds(): time in collectives, and finish()'s wait for them
+  // While finish() waits for the stage: since when, and the stage's computing (optimizer updates) in that time.
+  bool waiting_ = false;
+  std::chrono::steady_clock::time_point waiting_since_;
+  double computed_while_waiting_ = 0;
   Optimizer* opt_ = nullptr;  // the training step's, from prepare() to reduce()
   bool defer_ = false;        // RunPlan::grows, clipping, the grad scaler: the update waits for finish()
   float* dst_ = nullptr;      // where the buckets' sums go

@@ -378,6 +378,11 @@ TEST_CASE("bad model JSON: a clear error naming the JSON path and what is valid"
   f.rejects(R"({"input": {"shape": [3, 8, 8]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernal_size": 3}]})",
             DP_ERR_MODEL, {"/layers/0/kernel_size: missing", "'kernal_size'"});
   f.rejects(R"({"layers": [{"type": "relu"}]})", DP_ERR_MODEL, {"/input"});
+  // A key given twice: the parser would keep the last one silently.
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}, {"type": "linear", "out_features": 2, "out_features": 3}]})",
+            DP_ERR_JSON, {"model JSON: /layers/1: 'out_features' appears twice"});
+  f.rejects(R"({"seed": 1, "input": {"shape": [3]}, "seed": 2, "layers": [{"type": "relu"}]})", DP_ERR_JSON,
+            {"model JSON: 'seed' appears twice"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": []})", DP_ERR_MODEL, {"/layers"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "loss": {"type": "hinge"}})", DP_ERR_MODEL,
             {"unknown loss type 'hinge' at /loss/type", "cross_entropy", "mse"});
@@ -507,6 +512,8 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   CHECK(dp_optimizer_create(g, R"({"type": "adam", "betas": [0.9]})", &opt) == DP_ERR_MODEL);
   CHECK(dp_optimizer_create(g, R"({"type": "sgd", "nesterov": true})", &opt) == DP_ERR_MODEL);
   CHECK(dp_optimizer_create(g, "{type: sgd}", &opt) == DP_ERR_JSON);
+  CHECK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1, "lr": 0.2})", &opt) == DP_ERR_JSON);
+  CHECK(std::string(dp_last_error()).find("optimizer JSON: 'lr' appears twice") != std::string::npos);
   CHECK(dp_optimizer_create(g, R"({"lr": 0.1})", &opt) == DP_ERR_MODEL);
   CHECK(std::string(dp_last_error()).find("/type: missing; expected an optimizer type") != std::string::npos);
   CHECK(opt == reinterpret_cast<dp_optimizer*>(0x1));

@@ -35,6 +35,53 @@ void brief(const json& v, int depth, size_t cap, std::string& out) {
 
 }  // namespace
 
+json parse_config(const std::string& text, const char* what) {
+  // Where the parser is: per open object its keys and the last one, per open array its index.
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;
+    size_t index = 0;
+  };
+  std::vector<Frame> open;
+  std::string duplicate;
+  auto element_done = [&] {
+    if (!open.empty() && !open.back().object) ++open.back().index;
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: open.push_back({true, {}, {}, 0}); break;
+      case json::parse_event_t::array_start: open.push_back({false, {}, {}, 0}); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        open.pop_back();
+        element_done();
+        break;
+      case json::parse_event_t::value: element_done(); break;
+      case json::parse_event_t::key: {
+        Frame& f = open.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second && duplicate.empty()) {
+          std::string path;
+          for (size_t i = 0; i + 1 < open.size(); ++i)
+            path += "/" + (open[i].object ? open[i].key : std::to_string(open[i].index));
+          duplicate = (path.empty() ? std::string() : path + ": ") + "'" + f.key + "' appears twice";
+        }
+        break;
+      }
+    }
+    return true;
+  };
+  json doc;
+  try {
+    doc = json::parse(text, cb, true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
+    fail(DP_ERR_JSON, std::string(what) + " JSON: " + e.what());
+  }
+  if (!duplicate.empty()) fail(DP_ERR_JSON, std::string(what) + " JSON: " + duplicate);
+  return doc;
+}
+
 std::string json_brief(const json& v, size_t max_chars) {
   std::string out;
   brief(v, 0, max_chars, out);

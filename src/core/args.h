@@ -24,6 +24,12 @@ namespace dp {
 // 200 KB file) would overflow the stack.
 std::string json_brief(const nlohmann::json& v, size_t max_chars = 60);
 
+// A config's text as JSON (comments allowed): DP_ERR_JSON "<what> JSON: " and
+// the parser's reason, or the path of an object that names a key twice
+// ("model JSON: /layers/0: 'out_features' appears twice"), which the parser
+// would resolve silently to the last one.
+nlohmann::json parse_config(const std::string& text, const char* what);
+
 class Args {
  public:
   // obj must outlive the Args. Throws DP_ERR_MODEL unless obj is an object.

@@ -16,12 +16,7 @@ static constexpr int64_t kMaxWorkers = 256;
 static constexpr int64_t kMaxPrefetch = 1024;
 
 LoaderConfig LoaderConfig::from_json(const std::string& text) {
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("loader JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "loader");
   Args a(doc, "");
   LoaderConfig c;
   c.batch_size = a.integer("batch_size", 1, 1);

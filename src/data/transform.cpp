@@ -16,12 +16,7 @@ using nlohmann::json;
 enum : uint64_t { kCropTop = 0, kCropLeft = 1, kFlip = 2 };
 
 std::shared_ptr<const Transform> Transform::from_json(const std::string& text, const Shape& sample) {
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("transform JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "transform");
   Args a(doc, "");
   auto t = std::make_shared<Transform>();
   t->in_ = t->out_ = sample;

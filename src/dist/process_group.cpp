@@ -21,12 +21,7 @@ using json = nlohmann::json;
 DistConfig dist_config_from_json(const std::string& text) {
   DistConfig c = dist_config_from_env();
   if (text.empty()) return c;
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("process group JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "process group");
   Args a(doc, "");
   c.world_size = static_cast<int>(a.integer("world_size", c.world_size, 1));
   c.rank = static_cast<int>(a.integer("rank", c.rank, 0));

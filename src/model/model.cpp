@@ -62,12 +62,7 @@ std::string Model::canonical_of(const Registry& registry, const std::string& tex
 // describe_only: the layers, loss and canonical text; no parameters.
 std::unique_ptr<Model> Model::read(const Registry& registry, const std::string& text, const PluginHook& load_plugin,
                                    uint64_t memory_limit, bool describe_only) {
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("model JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "model");
   auto model = std::make_unique<Model>();
   model->description = text;
   Args top(doc, "");

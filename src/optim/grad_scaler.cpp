@@ -14,12 +14,7 @@ using nlohmann::json;
 GradScaler GradScaler::from_json(const char* text) {
   GradScaler s;
   if (!text || !*text) return s;
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("grad scaler JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "grad scaler");
   Args a(doc, "");
   s.enabled = a.boolean("enabled", true);
   auto need = [&](const char* key, bool ok, const char* what, double got) {

@@ -311,12 +311,7 @@ class Adam : public Optimizer {
 
 std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t n, uint64_t memory_limit, uint64_t held) {
   const StateBudget budget{memory_limit, held};
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, true);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    fail(DP_ERR_JSON, std::string("optimizer JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "optimizer");
   Args a(doc, "");
   std::string type = a.string("type", "");
   std::unique_ptr<Optimizer> opt;

@@ -14,12 +14,7 @@ using nlohmann::json;
 static const double kPi = 3.14159265358979323846;
 
 std::unique_ptr<LrSchedule> LrSchedule::from_json(const std::string& text) {
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {
-    fail(DP_ERR_JSON, std::string("lr schedule JSON: ") + e.what());
-  }
+  const json doc = parse_config(text, "lr schedule");
   Args a(doc, "");
   auto s = std::make_unique<LrSchedule>();
   s->type_ = a.string("type", "");

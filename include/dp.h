@@ -663,7 +663,11 @@ DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const d
  * DP_ERR_IO for tensor data that does not match data_crc32 (checked when the
  * file has it; checkpoints written before dp recorded it load without), and
  * for a NaN or infinite parameter, buffer or optimizer state or a negative
- * exp_avg_sq (naming the tensor and element). */
+ * exp_avg_sq (naming the tensor and element). A loader position saved inside
+ * an epoch needs a loader of the same batch size, shuffle, seed, drop_last and
+ * dataset length (DP_ERR_INVALID_ARGUMENT naming both, else it would resume at
+ * other samples); at an epoch's end any loader goes on (at the end of its own
+ * epoch). */
 DP_API dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, dp_loader* loader);
 /* The checkpoint's __metadata__ as one JSON object (values are strings, as
  * the format requires). *json is owned by the caller: free it with dp_free. */

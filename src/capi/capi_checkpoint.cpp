@@ -9,10 +9,14 @@
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "io/checkpoint.h"
+#include <nlohmann/json.hpp>
+
+#include "data/handles.h"
 #include "io/onnx.h"
 
 // The loader's position goes through the loader's own C entry points
-// (dp_loader_position / dp_loader_seek): its internals belong to src/data.
+// (dp_loader_position / dp_loader_seek), and what it means through
+// Loader::order(): its internals belong to src/data.
 
 using dp::fail;
 
@@ -87,7 +91,10 @@ dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optim
   DP_CHECK_ARG(!opt || opt->group == g, "the optimizer was created for another group");
   dp::GroupInUse in_use(g, __func__);
   dp::io::LoaderPosition pos;
-  if (loader) loader_call(dp_loader_position(loader, &pos.epoch, &pos.batch));
+  if (loader) {
+    loader_call(dp_loader_position(loader, &pos.epoch, &pos.batch));
+    pos.order = loader->loader->order();
+  }
   // With processes, rank 0 writes (every process holds the same state), and
   // every process learns whether it did.
   all_agree(g, "write the checkpoint " + std::string(path), [&] {
@@ -102,8 +109,32 @@ dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, d
   DP_CHECK_ARG(path && g, "path and g must not be NULL");
   DP_CHECK_ARG(!opt || opt->group == g, "the optimizer was created for another group");
   dp::GroupInUse in_use(g, __func__);
-  std::function<void(const dp::io::LoaderPosition&)> seek = [loader](const dp::io::LoaderPosition& p) {
-    loader_call(dp_loader_seek(loader, p.epoch, p.batch));
+  std::function<void(const dp::io::LoaderPosition&)> seek = [loader, path](const dp::io::LoaderPosition& p) {
+    // Inside an epoch the position counts batches of the saved loader's order: another batch
+    // size, shuffle or seed would resume at other samples. At an epoch's end (or start) any
+    // may go on: an ended epoch is this loader's end of that epoch.
+    const std::string mine = loader->loader->order();
+    int64_t batch = p.batch;
+    if (!p.order.empty() && p.order != mine) {
+      const nlohmann::json o = nlohmann::json::parse(p.order, nullptr, false);
+      const int64_t size = o.is_object() ? o.value("batch_size", int64_t(0)) : 0;
+      if (size <= 0) fail(DP_ERR_IO, std::string(path) + ": __metadata__ 'loader_order' is not dp's: " + p.order);
+      const int64_t n = o.value("samples", int64_t(0));
+      const int64_t saved_batches = o.value("drop_last", false) ? n / size : (n + size - 1) / size;
+      if (p.batch >= saved_batches)
+        batch = loader->loader->num_batches();
+      else if (p.batch > 0)
+        fail(DP_ERR_INVALID_ARGUMENT, std::string(path) + ": the checkpoint's loader stopped inside epoch " +
+                                          std::to_string(p.epoch) + " (after batch " + std::to_string(p.batch) +
+                                          " of " + std::to_string(saved_batches) + ") as " + p.order +
+                                          "; this loader is " + mine +
+                                          ": resume with the saved settings (at an epoch's end others may go on)");
+    }
+    try {
+      loader->loader->seek(p.epoch, batch);
+    } catch (const dp::Error& e) {
+      fail(e.status(), std::string("loader: ") + e.what());
+    }
   };
   all_agree(g, "read the checkpoint " + std::string(path), [&] {
     dp::io::load_checkpoint(path, *g->group, opt ? opt->opt.get() : nullptr, loader ? &seek : nullptr,

@@ -180,7 +180,11 @@ dp_status dp_loader_position(const dp_loader* loader, int64_t* epoch, int64_t* b
 dp_status dp_loader_seek(dp_loader* loader, int64_t epoch, int64_t batch) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(loader, "loader is NULL");
-  loader->loader->seek(epoch, batch);
+  try {
+    loader->loader->seek(epoch, batch);
+  } catch (const dp::Error& e) {
+    fail(e.status(), std::string("dp_loader_seek: ") + e.what());
+  }
   DP_GUARD_END
 }
 

@@ -174,12 +174,18 @@ void Loader::shard(std::function<void(int64_t, int64_t*, int64_t*)> fn) {
   cfg_.shard = std::move(fn);
 }
 
+std::string Loader::order() const {
+  return "{\"batch_size\": " + std::to_string(cfg_.batch_size) + ", \"shuffle\": " + (cfg_.shuffle ? "true" : "false") +
+         ", \"seed\": " + std::to_string(cfg_.seed) + ", \"drop_last\": " + (cfg_.drop_last ? "true" : "false") +
+         ", \"samples\": " + std::to_string(length_) + "}";
+}
+
 void Loader::seek(int64_t epoch, int64_t batch) {
   // Global batch numbers (epoch * K + batch) must fit in int64.
   const int64_t max_epoch = INT64_MAX / std::max<int64_t>(num_batches_, 1) - 2;
   if (epoch < 0 || epoch > max_epoch || batch < 0 || batch > num_batches_)
     fail(DP_ERR_INVALID_ARGUMENT,
-         "dp_loader_seek: position (" + std::to_string(epoch) + ", " + std::to_string(batch) + ") is outside the loader's: " +
+         "position (" + std::to_string(epoch) + ", " + std::to_string(batch) + ") is outside the loader's: " +
              (epoch < 0 || epoch > max_epoch ? "the epoch must be in [0, " + std::to_string(max_epoch) + "]"
                                              : "the batch must be in [0, " + std::to_string(num_batches_) + "] (" +
                                                    std::to_string(num_batches_) + " batches an epoch)"));

@@ -87,6 +87,9 @@ class Loader {
   const Shape& target_shape() const { return target_shape_; }
   int64_t dataset_length() const { return length_; }
   const LoaderConfig& config() const { return cfg_; }
+  // What fixes the samples of a position (epoch, batch), as a JSON object's text:
+  // {"batch_size": 64, "shuffle": true, "seed": 0, "drop_last": false, "samples": 60000}.
+  std::string order() const;
 
  private:
   struct Slot {

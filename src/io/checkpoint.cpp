@@ -21,7 +21,7 @@ namespace {
 const char* const kFormat = "dp-checkpoint-1";
 const char* const kReserved[] = {"format",       "model",        "model_canonical", "group_step",
                                  "optimizer_type", "optimizer_steps", "loader_epoch", "loader_batch",
-                                 "grad_scaler",  kDataCrc32};
+                                 "grad_scaler",  "loader_order", kDataCrc32};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -262,6 +262,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
   if (loader) {
     metadata.push_back({"loader_epoch", std::to_string(loader->epoch)});
     metadata.push_back({"loader_batch", std::to_string(loader->batch)});
+    if (!loader->order.empty()) metadata.push_back({"loader_order", loader->order});
   }
   if (user_metadata) {
     json user;
@@ -368,6 +369,7 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
       fail(DP_ERR_MODEL, path + ": the checkpoint holds no loader position (it was saved without a loader)");
     pos.epoch = meta_int(f, "loader_epoch");
     pos.batch = meta_int(f, "loader_batch");
+    if (const std::string* order = meta(f, "loader_order")) pos.order = *order;
   }
 
   Staged s;

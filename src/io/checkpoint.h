@@ -46,6 +46,9 @@ void load_weights(Model& model, const std::string& path);
 
 struct LoaderPosition {
   int64_t epoch = 0, batch = 0;
+  // What fixes which samples a position means (a JSON object's text: batch size, shuffle, seed,
+  // drop_last, samples); saved as __metadata__ "loader_order", empty in older checkpoints.
+  std::string order;
 };
 
 // user_metadata: a JSON object's text, or null. loader: the position to

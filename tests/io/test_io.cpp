@@ -929,6 +929,36 @@ TEST_CASE("checkpoint: the loader's position is saved and restored; exact resume
     DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), resumed.g, resumed.opt, nullptr));
     CHECK(data.position() == std::make_pair<int64_t, int64_t>(1, 2));
   }
+  SUBCASE("inside an epoch, a loader of another batch size, shuffle or seed is refused: its batch 3 is other samples") {
+    CHECK(meta["loader_order"] == R"({"batch_size": 10, "shuffle": true, "seed": 5, "drop_last": false, "samples": 40})");
+    for (const char* config : {R"({"batch_size": 20, "shuffle": true, "seed": 5})", R"({"batch_size": 10, "seed": 5})",
+                               R"({"batch_size": 10, "shuffle": true, "seed": 6})"}) {
+      CAPTURE(config);
+      dp_loader* other = nullptr;
+      DP_REQUIRE_OK(dp_loader_create(data.ds, config, &other));
+      rejects(resumed, [&] { return dp_checkpoint_load(path.c_str(), resumed.g, resumed.opt, other); },
+              DP_ERR_INVALID_ARGUMENT, {path, "stopped inside epoch 0 (after batch 3 of 4)", "resume with the saved settings"});
+      int64_t e = -1, b = -1;
+      DP_REQUIRE_OK(dp_loader_position(other, &e, &b));
+      CHECK((e == 0 && b == 0));
+      dp_loader_destroy(other);
+    }
+  }
+  SUBCASE("at an epoch's end another loader goes on: the ended epoch is its end of that epoch") {
+    std::string p = dir / "end.safetensors";
+    Trainer t(kNet, kAdam);
+    Data d(t.ctx);
+    for (int step = 0; step < 4; ++step) d.step(t);
+    REQUIRE(d.position() == std::make_pair<int64_t, int64_t>(0, 4));
+    DP_REQUIRE_OK(dp_checkpoint_save(p.c_str(), t.g, t.opt, d.loader, nullptr));
+    dp_loader* other = nullptr;
+    DP_REQUIRE_OK(dp_loader_create(data.ds, R"({"batch_size": 8})", &other));
+    DP_REQUIRE_OK(dp_checkpoint_load(p.c_str(), resumed.g, resumed.opt, other));
+    int64_t e = -1, b = -1;
+    DP_REQUIRE_OK(dp_loader_position(other, &e, &b));
+    CHECK((e == 0 && b == 5));  // 40 samples in batches of 8: its epoch 0 is over
+    dp_loader_destroy(other);
+  }
 }
 
 TEST_CASE("checkpoint: random damage to the header or length is rejected cleanly, never half-applied") {

@@ -515,7 +515,11 @@ DP_API void dp_optimizer_destroy(dp_optimizer* opt);
  * backward, optimizer step. target: int64 class indices [B] for
  * cross_entropy, float32 of the output's shape for mse. *loss (may be NULL)
  * receives the batch loss. A NaN or infinite loss returns DP_ERR_NUMERIC and
- * leaves the parameters as they were. */
+ * leaves the parameters as they were; its forward ran, so the group's step
+ * count (which keys dropout's masks) moved on, as PyTorch's random generator
+ * does: a run that skips a bad batch draws other masks after it than a run
+ * that never met it. A call refused before its forward (a bad shape) counts
+ * nothing. */
 DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_tensor* input, const dp_tensor* target,
                                      float* loss);
 /* Gradient accumulation, as PyTorch's (loss * loss_scale).backward(): forward,

@@ -405,6 +405,7 @@ DP_API dp_status dp_optimizer_set_lr(dp_optimizer* opt, double lr);
  * {"type": "constant"}                                                             the base lr
  * {"type": "linear", "start_factor": 1/3, "end_factor": 1, "total_iters": 5}     LinearLR
  * {"type": "step", "step_size": N, "gamma": 0.1}                                   StepLR
+ * {"type": "exponential", "gamma": G}                                              ExponentialLR
  * {"type": "multistep", "milestones": [N, ...], "gamma": 0.1}                      MultiStepLR
  * {"type": "cosine", "T_max": N, "eta_min": 0}                                     CosineAnnealingLR
  * {"type": "cosine_warmup", "warmup_steps": W, "total_steps": N, "warmup_start_factor": 1/3, "eta_min": 0}

@@ -115,6 +115,7 @@ TEST_CASE("bad schedules are refused, naming the key, and change nothing") {
       {"{oops", DP_ERR_JSON, "lr schedule JSON"},
       {R"({"type": "cosinus"})", DP_ERR_MODEL, "unknown lr schedule 'cosinus' (known: constant, cosine"},
       {R"({"type": "step"})", DP_ERR_MODEL, "/step_size: missing"},
+      {R"({"type": "exponential"})", DP_ERR_MODEL, "/gamma: missing"},
       {R"({"type": "step", "step_size": 2, "gama": 0.5})", DP_ERR_MODEL, "/gama"},
       {R"({"type": "multistep", "milestones": [5, 3]})", DP_ERR_MODEL, "/milestones/1: expected non-negative step numbers in increasing order"},
       {R"({"type": "cosine_warmup", "warmup_steps": 10, "total_steps": 10})", DP_ERR_MODEL, "/total_steps: expected more than warmup_steps"},

@@ -334,7 +334,7 @@ static nlohmann::json lr_schedule_json(const std::string& text) {
     why = e.what();
   }
   if (!j.is_object())
-    throw Failure(kUsage, "--lr-schedule: expected constant, cosine, a schedule's type (linear, step, multistep, "
+    throw Failure(kUsage, "--lr-schedule: expected constant, cosine, a schedule's type (linear, step, exponential, multistep, "
                           "cosine_warmup, onecycle) or its JSON object, got '" + text + "' (" + why + ")");
   return j;
 }
@@ -909,7 +909,7 @@ int main(int argc, char** argv) {
       ->check(at_least(0));
   train_cmd->add_option("--lr-schedule", t.lr_schedule,
                         "constant | cosine (annealed to 0 over all steps) | a schedule's type alone (its defaults) or JSON, per "
-                        "step: {\"type\": \"cosine_warmup\", \"warmup_steps\": 100}; types linear, step, multistep, "
+                        "step: {\"type\": \"cosine_warmup\", \"warmup_steps\": 100}; types linear, step, exponential, multistep, "
                         "cosine, cosine_warmup, onecycle (PyTorch's OneCycleLR with cycle_momentum=False: dp does not "
                         "cycle momentum); T_max and total_steps default to the run's steps (dp.h, "
                         "dp_optimizer_set_lr_schedule)")

@@ -27,6 +27,9 @@ std::unique_ptr<LrSchedule> LrSchedule::from_json(const std::string& text) {
   } else if (t == "step") {
     s->step_size_ = a.required_integer("step_size", 1);
     s->gamma_ = a.number("gamma", 0.1, 0, INFINITY);
+  } else if (t == "exponential") {
+    s->gamma_ = a.number("gamma", 0, 0, INFINITY);
+    if (!a.has("gamma")) fail(DP_ERR_MODEL, "/gamma: missing; expected the factor of each step (ExponentialLR's gamma)");
   } else if (t == "multistep") {
     s->milestones_ = a.integers("milestones", {});
     if (s->milestones_.empty()) fail(DP_ERR_MODEL, "/milestones: expected a non-empty list of step numbers");
@@ -66,7 +69,7 @@ std::unique_ptr<LrSchedule> LrSchedule::from_json(const std::string& text) {
                              ", every phase of the cycle needs at least one step");
   } else {
     fail(DP_ERR_MODEL, "/type: unknown lr schedule '" + t +
-                           "' (known: constant, cosine, cosine_warmup, linear, multistep, onecycle, step)");
+                           "' (known: constant, cosine, cosine_warmup, exponential, linear, multistep, onecycle, step)");
   }
   a.finish(t);
   return s;
@@ -104,6 +107,7 @@ double LrSchedule::lr(double base, int64_t t) const {
   if (k == "linear")
     return base * (start_factor_ + (end_factor_ - start_factor_) * double(std::min(t, total_)) / double(total_));
   if (k == "step") return base * std::pow(gamma_, double(t / step_size_));
+  if (k == "exponential") return base * std::pow(gamma_, double(t));
   if (k == "multistep") {
     const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin();
     return base * std::pow(gamma_, double(passed));

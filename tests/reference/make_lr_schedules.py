@@ -35,6 +35,7 @@ cases = [
     ({"type": "linear", "start_factor": 0.1, "end_factor": 0.5, "total_iters": 17},
      lambda o: S.LinearLR(o, start_factor=0.1, end_factor=0.5, total_iters=17)),
     ({"type": "step", "step_size": 7, "gamma": 0.5}, lambda o: S.StepLR(o, step_size=7, gamma=0.5)),
+    ({"type": "exponential", "gamma": 0.93}, lambda o: S.ExponentialLR(o, gamma=0.93)),
     ({"type": "multistep", "milestones": [5, 20, 21, 40]}, lambda o: S.MultiStepLR(o, milestones=[5, 20, 21, 40])),
     ({"type": "cosine", "T_max": 50}, lambda o: S.CosineAnnealingLR(o, T_max=50)),
     ({"type": "cosine", "T_max": 25, "eta_min": 0.01}, lambda o: S.CosineAnnealingLR(o, T_max=25, eta_min=0.01)),

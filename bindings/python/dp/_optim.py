@@ -66,7 +66,7 @@ class Optimizer:
         """A learning-rate schedule with PyTorch's schedulers' formulas, per
         step (dp_optimizer_set_lr_schedule), e.g. {"type": "cosine_warmup",
         "warmup_steps": 100, "total_steps": 1000}; also "linear", "step",
-        "multistep", "cosine", "onecycle". None removes it. Unlike a PyTorch
+        "exponential", "multistep", "cosine", "onecycle". None removes it. Unlike a PyTorch
         scheduler, which counts from its own creation, step t of the schedule
         is the optimizer's t-th step (its steps so far, with those a grad
         scaler skipped), so a schedule set after 5 steps starts at t = 5, and

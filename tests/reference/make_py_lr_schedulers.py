@@ -32,6 +32,12 @@ CASES = [
     'S.LinearLR(o, start_factor=0.1, end_factor=0.5, total_iters=17)',
     'S.CosineAnnealingLR(o, T_max=50)',
     'S.CosineAnnealingLR(o, T_max=20, eta_min=0.01)',  # past T_max: back up, as PyTorch's
+    'S.PolynomialLR(o, total_iters=40, power=2.0)',
+    'S.PolynomialLR(o)',
+    'S.CosineAnnealingWarmRestarts(o, T_0=10, eta_min=0.001)',
+    'S.CosineAnnealingWarmRestarts(o, T_0=5, T_mult=2)',
+    'S.ChainedScheduler([S.ConstantLR(o, factor=0.1, total_iters=2), S.ExponentialLR(o, gamma=0.9)])',
+    'S.ChainedScheduler([S.LinearLR(o, start_factor=0.2, total_iters=8), S.CosineAnnealingWarmRestarts(o, T_0=15)])',
     'S.LambdaLR(o, lambda t: 0.95 ** t)',
     'S.LambdaLR(o, [lambda t: min(1.0, (t + 1) / 10)])',
     'S.MultiplicativeLR(o, lambda t: 0.9 if t % 2 else 1.0)',

@@ -30,7 +30,8 @@ from ._errors import ArgumentTypeError, InvalidArgumentError, UnknownKeyError, U
 from ._optim import Optimizer
 
 __all__ = ['LRScheduler', 'LambdaLR', 'MultiplicativeLR', 'StepLR', 'MultiStepLR', 'ConstantLR', 'LinearLR',
-           'ExponentialLR', 'CosineAnnealingLR', 'SequentialLR', 'OneCycleLR', 'ReduceLROnPlateau']
+           'ExponentialLR', 'PolynomialLR', 'CosineAnnealingLR', 'CosineAnnealingWarmRestarts', 'SequentialLR',
+           'ChainedScheduler', 'OneCycleLR', 'ReduceLROnPlateau']
 
 
 def _optimizer(optimizer):
@@ -258,6 +259,25 @@ class ExponentialLR(LRScheduler):
         return [self.base_lrs[0] * self.gamma ** self.last_epoch]
 
 
+class PolynomialLR(LRScheduler):
+    """lr = initial lr * (1 - min(count, total_iters) / total_iters) ** power
+    (step to step, as PyTorch's: each count multiplies by the ratio of two such factors)."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        self.total_iters = _count(total_iters, 'total_iters', 1)
+        self.power = _number(power, 'power')
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        t, n = self.last_epoch, self.total_iters
+        if self._is_initial or t > n:
+            return [self._lr()]
+        return [self._lr() * ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power]
+
+    def _get_closed_form_lr(self):
+        return [self.base_lrs[0] * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power]
+
+
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (initial lr - eta_min) * (1 + cos(pi * count / T_max)) / 2
     (computed step to step, as PyTorch's, so an lr changed by hand carries on)."""
@@ -280,6 +300,52 @@ class CosineAnnealingLR(LRScheduler):
     def _get_closed_form_lr(self):
         return [self.eta_min + (self.base_lrs[0] - self.eta_min) *
                 (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR: cosine from the initial lr to eta_min over T_0 counts, then again
+    from the top over T_0 * T_mult, T_0 * T_mult ** 2, ... (T_cur counts within
+    the current cycle). step(epoch) takes fractional epochs (epoch + i / iters
+    per batch), as PyTorch's."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
+        self.T_0 = _count(T_0, 'T_0', 1)
+        self.T_i = self.T_0
+        self.T_mult = _count(T_mult, 'T_mult', 1)
+        self.eta_min = _number(eta_min, 'eta_min')
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [self.eta_min + (self.base_lrs[0] - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2]
+
+    def step(self, epoch=None):
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur %= self.T_i
+                self.T_i *= self.T_mult
+        else:
+            epoch = _number(epoch, 'epoch')
+            if epoch < 0:
+                raise InvalidArgumentError(f'Expected non-negative epoch, but got {epoch}')
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:  # the cycle epoch falls in: T_0 (T_mult ** n - 1) / (T_mult - 1) <= epoch
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self._step_count += 1
+        self.last_epoch = math.floor(epoch)
+        self.optimizer.lr = self.get_lr()[0]
+        self._last_lr = [self.optimizer.lr]
 
 
 class SequentialLR(LRScheduler):
@@ -337,6 +403,40 @@ class SequentialLR(LRScheduler):
         self.__dict__.update(state)
         for x, sd in zip(self._schedulers, inner):
             x.load_state_dict(sd)
+
+
+class ChainedScheduler(LRScheduler):
+    """Steps every scheduler in order at each step(), so their chainable
+    formulas compose (e.g. ConstantLR warmup times ExponentialLR decay), as
+    PyTorch's."""
+
+    def __init__(self, schedulers, optimizer=None):
+        schedulers = list(schedulers)
+        if not schedulers:
+            raise InvalidArgumentError('ChainedScheduler expects at least one scheduler to be chained, but got no '
+                                       'scheduler.')
+        optimizer = optimizer if optimizer is not None else getattr(schedulers[0], 'optimizer', None)
+        for i, s in enumerate(schedulers):
+            if isinstance(s, ReduceLROnPlateau):
+                raise InvalidArgumentError(f'ChainedScheduler does not support ReduceLROnPlateau (index {i}): its '
+                                           'step takes a metric')
+            if not isinstance(s, LRScheduler):
+                raise ArgumentTypeError(f'ChainedScheduler: schedulers[{i}] is a {type(s).__name__}, not a '
+                                        'dp.lr_scheduler scheduler')
+            if s.optimizer is not optimizer:
+                raise InvalidArgumentError(f'ChainedScheduler expects all schedulers to belong to the same '
+                                           f'optimizer, but schedulers[{i}] has another')
+        self.optimizer = _optimizer(optimizer)
+        self._schedulers = schedulers
+        self._last_lr = [optimizer.lr]
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [self.optimizer.lr]
+
+    state_dict = SequentialLR.state_dict
+    load_state_dict = SequentialLR.load_state_dict
 
 
 class OneCycleLR(LRScheduler):

@@ -96,6 +96,20 @@ def test_resumed_through_a_checkpoint_continues_the_curve(tmp_path):
         dp.save_checkpoint(tmp_path / 'd.safetensors', o.group, o, metadata={'python_param_group_lrs': 1})
 
 
+def test_warm_restarts_take_fractional_epochs():
+    """CosineAnnealingWarmRestarts.step(epoch + i / iters), per batch as
+    PyTorch's docs show: the cycle the epoch falls in (T_0 10, T_mult 2: the
+    second cycle, 20 long, from epoch 10), values checked against PyTorch 2.15."""
+    o = optimizer(0.1)
+    sched = S.CosineAnnealingWarmRestarts(o, T_0=10, T_mult=2, eta_min=0.01)
+    sched.step(12.5)
+    assert o.lr == 0.01 + (0.1 - 0.01) * (1 + math.cos(math.pi * 2.5 / 20)) / 2
+    sched.step(3.25)
+    assert o.lr == 0.01 + (0.1 - 0.01) * (1 + math.cos(math.pi * 3.25 / 10)) / 2
+    with pytest.raises(ValueError, match='non-negative epoch'):
+        sched.step(-1)
+
+
 def test_the_scheduled_lr_is_the_one_the_step_uses():
     """Two identical runs, one with ExponentialLR, one setting the same lr by
     hand: the same weights after 6 steps."""

@@ -461,7 +461,9 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   dp_model* m = f.model(kMlp);
   dp_group* g = reinterpret_cast<dp_group*>(0x1);
   CHECK(dp_group_create(m, "cpu:0,gpu:1", &g) == DP_ERR_DEVICE);
-  CHECK(std::string(dp_last_error()).find("'gpu:1'") != std::string::npos);
+  CHECK(std::string(dp_last_error()).find("'gpu:1' in \"cpu:0,gpu:1\": expected cpu:N or cuda:N") != std::string::npos);
+  CHECK(dp_group_create(m, "cpu:99999999999999", &g) == DP_ERR_DEVICE);  // was "expected cpu:N"
+  CHECK(std::string(dp_last_error()).find("the device number is too large (at most 99999)") != std::string::npos);
   int gpus = 0;
   const char* why = nullptr;
   REQUIRE(dp_device_count("cuda", &gpus, &why) == DP_OK);

@@ -23,8 +23,9 @@ static std::vector<std::string> parse_devices(const std::string& text, std::vect
     const size_t colon = d.find(':');
     const std::string kind = d.substr(0, colon == std::string::npos ? 0 : colon);
     const std::string num = colon == std::string::npos ? "" : d.substr(colon + 1);
-    bool ok = (kind == "cpu" || kind == "cuda") && !num.empty() && num.size() < 6 &&
-              num.find_first_not_of("0123456789") == std::string::npos;
+    bool ok = (kind == "cpu" || kind == "cuda") && !num.empty() && num.find_first_not_of("0123456789") == std::string::npos;
+    if (ok && num.size() >= 6)
+      fail(DP_ERR_DEVICE, "device '" + d + "' in \"" + text + "\": the device number is too large (at most 99999)");
     if (!ok) fail(DP_ERR_DEVICE, "device '" + d + "' in \"" + text + "\": expected cpu:N or cuda:N, as in \"cpu:0,cpu:1\"");
     kinds |= kind == "cpu" ? 1 : 2;
     if (kinds == 3)

@@ -348,6 +348,21 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         self._last_lr = [self.optimizer.lr]
 
 
+def _check_inner(name, schedulers, optimizer):
+    """The schedulers a SequentialLR or ChainedScheduler drives: dp.lr_scheduler's, on its optimizer,
+    stepped without a metric."""
+    for i, s in enumerate(schedulers):
+        if isinstance(s, ReduceLROnPlateau):
+            raise InvalidArgumentError(f'{name} does not support ReduceLROnPlateau (index {i}): its step takes a '
+                                       'metric')
+        if not isinstance(s, LRScheduler):
+            raise ArgumentTypeError(f'{name}: schedulers[{i}] is a {type(s).__name__}, not a dp.lr_scheduler '
+                                    'scheduler')
+        if s.optimizer is not optimizer:
+            raise InvalidArgumentError(f'{name} expects all schedulers to belong to the same optimizer, but '
+                                       f'schedulers[{i}] has another')
+
+
 class SequentialLR(LRScheduler):
     """schedulers[i] from milestones[i - 1] on, each restarted at its milestone
     (count 0, closed form), as PyTorch's: the usual warmup then decay is
@@ -357,16 +372,7 @@ class SequentialLR(LRScheduler):
         schedulers, milestones = list(schedulers), list(milestones)
         if not schedulers:
             raise InvalidArgumentError('SequentialLR expects at least one scheduler, but got no scheduler.')
-        for i, s in enumerate(schedulers):
-            if isinstance(s, ReduceLROnPlateau):
-                raise InvalidArgumentError(f'SequentialLR does not support ReduceLROnPlateau (index {i}): its step '
-                                           'takes a metric')
-            if not isinstance(s, LRScheduler):
-                raise ArgumentTypeError(f'SequentialLR: schedulers[{i}] is a {type(s).__name__}, not a '
-                                        'dp.lr_scheduler scheduler')
-            if s.optimizer is not optimizer:
-                raise InvalidArgumentError(f'SequentialLR expects all schedulers to belong to the same optimizer, '
-                                           f'but schedulers[{i}] has another')
+        _check_inner('SequentialLR', schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise InvalidArgumentError('Sequential Schedulers expects number of schedulers provided to be one more '
                                        f'than the number of milestone points, but got number of schedulers '
@@ -416,16 +422,7 @@ class ChainedScheduler(LRScheduler):
             raise InvalidArgumentError('ChainedScheduler expects at least one scheduler to be chained, but got no '
                                        'scheduler.')
         optimizer = optimizer if optimizer is not None else getattr(schedulers[0], 'optimizer', None)
-        for i, s in enumerate(schedulers):
-            if isinstance(s, ReduceLROnPlateau):
-                raise InvalidArgumentError(f'ChainedScheduler does not support ReduceLROnPlateau (index {i}): its '
-                                           'step takes a metric')
-            if not isinstance(s, LRScheduler):
-                raise ArgumentTypeError(f'ChainedScheduler: schedulers[{i}] is a {type(s).__name__}, not a '
-                                        'dp.lr_scheduler scheduler')
-            if s.optimizer is not optimizer:
-                raise InvalidArgumentError(f'ChainedScheduler expects all schedulers to belong to the same '
-                                           f'optimizer, but schedulers[{i}] has another')
+        _check_inner('ChainedScheduler', schedulers, optimizer)
         self.optimizer = _optimizer(optimizer)
         self._schedulers = schedulers
         self._last_lr = [optimizer.lr]

@@ -176,6 +176,16 @@ inline Shape to_shape(int ndim, const int64_t* dims) {
 
 inline int ndim_of(const Shape& shape) { return static_cast<int>(shape.size()); }
 
+// prod(shape), or -1 where a dimension is negative (dp reports it).
+inline int64_t elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
 }  // namespace detail
 
 // ---- Context: the layer registry and the loaded plugins. ----
@@ -301,12 +311,8 @@ class Tensor : public detail::Handle<dp_tensor, dp_tensor_destroy> {
     return t;
   }
   static bool shape_fits(size_t count, const Shape& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) {
-      if (d < 0) return true;  // dp reports it
-      n *= d;
-    }
-    return static_cast<size_t>(n) == count;
+    const int64_t n = detail::elements(shape);
+    return n < 0 || static_cast<size_t>(n) == count;  // (a negative dimension: dp reports it)
   }
   static std::string shape_string(const Shape& shape) {
     std::string s = "[";
@@ -682,7 +688,7 @@ class Dataset : public detail::Handle<dp_dataset, dp_dataset_destroy> {
   // targets must hold whole samples of the same count (DP_ERR_SHAPE).
   static Dataset from_arrays(Context& ctx, Span<const float> inputs, const Shape& sample_shape,
                              Span<const float> targets, const Shape& target_shape, bool borrow = false) {
-    const int64_t per = elements(target_shape);
+    const int64_t per = detail::elements(target_shape);
     const int64_t count = per > 0 ? static_cast<int64_t>(targets.size()) / per : 0;
     if (per > 0 && targets.size() % static_cast<size_t>(per) != 0)
       throw Error(DP_ERR_SHAPE, "dp::Dataset::from_arrays: " + std::to_string(targets.size()) +
@@ -728,19 +734,10 @@ class Dataset : public detail::Handle<dp_dataset, dp_dataset_destroy> {
   void set_transform(const std::string& json) { check(dp_dataset_set_transform(get(), json.c_str())); }
 
  private:
-  // prod(shape), or -1 where a dimension is negative (dp reports it).
-  static int64_t elements(const Shape& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) {
-      if (d < 0) return -1;
-      n *= d;
-    }
-    return n;
-  }
   // The inputs are `count` whole samples (dp reads count * prod(sample_shape) floats: a shorter
   // span would be read past its end).
   static void check_sizes(size_t inputs, const Shape& sample_shape, size_t count) {
-    const int64_t per = elements(sample_shape);
+    const int64_t per = detail::elements(sample_shape);
     if (per <= 0) return;  // dp reports the shape
     if (inputs % static_cast<size_t>(per) != 0 || inputs / static_cast<size_t>(per) != count)
       throw Error(DP_ERR_SHAPE, "dp::Dataset::from_arrays: " + std::to_string(inputs) + " input values for " +

@@ -12,14 +12,19 @@
  *   *_destroy; every *_destroy accepts NULL.
  * - Thread safety: distinct objects may be used from distinct threads at once;
  *   one object must not be used by two threads at once unless said otherwise.
- *   A group or optimizer uses its model: do not use the model from another
- *   thread while they run. (The calls that run or change a group check
- *   this: dp_group_forward, _backward, _zero_grad, _train_step,
- *   _forward_backward, _evaluate, _set_option, _set_training, _last_split,
- *   dp_optimizer_create, _step, _copy_state, _set_state, dp_checkpoint_save
- *   and _load; one made while another thread's runs on the same group fails
- *   with DP_ERR_INVALID_ARGUMENT, "the group is in use by another thread's
- *   call", rather than waiting on it.)
+ *   A group or optimizer uses its model: do not use the model, or another
+ *   group of it, from another thread while they run. (The calls that run or
+ *   change a group check this: dp_group_forward, _backward, _zero_grad,
+ *   _train_step, _forward_backward, _evaluate, _set_option, _set_training,
+ *   _last_split, dp_optimizer_create, _step, _copy_state, _set_state,
+ *   dp_checkpoint_save and _load; so do the calls that read or write a
+ *   model's values: dp_model_copy_parameters, _set_parameters,
+ *   _copy_gradients, _copy_buffers, _set_buffers, and dp_group_create and
+ *   _create_distributed. One made while another thread's runs on the same
+ *   model fails with DP_ERR_INVALID_ARGUMENT rather than waiting or racing:
+ *   "the group is in use by another thread's call" (the same group), "the
+ *   model is in use by another thread's call" (a dp_model_* call), or "...
+ *   through another group".)
  * - Lifetimes: a model must outlive its groups, a group its optimizers; a
  *   context must outlive everything created from it.
  */

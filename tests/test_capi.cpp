@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -678,5 +680,92 @@ TEST_CASE("one group used by two threads at once: the second call is refused, no
   dp_tensor_destroy(y);
   dp_optimizer_destroy(opt);
   dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+// The same promise for one model: two groups of it trained from two threads,
+// or its parameters read while a group trains it, raced on the parameters
+// without a word. Now the second call is refused, saying which, and nothing
+// is left half-written.
+TEST_CASE("one model used by two threads at once, through two groups or a dp_model call: refused, saying which") {
+  Fixture f;
+  dp_model* m = f.model(R"({"input": {"shape": [256]}, "layers": [{"type": "linear", "out_features": 256},
+      {"type": "relu"}, {"type": "linear", "out_features": 4}], "loss": {"type": "cross_entropy"}})");
+  dp_group* g1 = nullptr;
+  dp_group* g2 = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g1));
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:1", &g2));
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g1, R"({"type": "sgd", "lr": 0.01})", &opt));
+  dp_tensor* x = make_f32(f.ctx, std::vector<float>(64 * 256, 0.1f), {64, 256});
+  dp_tensor* y = make_i64(f.ctx, std::vector<int64_t>(64, 1), {64});
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+  std::vector<float> params(static_cast<size_t>(n));
+  // What each thread's refusals said; anything else fails the test.
+  std::mutex mu;
+  std::map<std::string, int> refused;
+  std::string other_message;
+  auto count = [&](dp_status st) {
+    if (st == DP_OK) return;
+    std::lock_guard<std::mutex> lock(mu);
+    std::string e = dp_last_error();
+    for (const char* what : {"through another group", "the model is in use by another thread's call",
+                             "the group is in use by another thread's call"})
+      if (st == DP_ERR_INVALID_ARGUMENT && e.find(what) != std::string::npos) {
+        ++refused[what];
+        return;
+      }
+    other_message = e;
+  };
+  auto seen = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return refused[what] > 0;
+  };
+  // Each pair runs until the collision it is after was seen (at most 30 s).
+  std::atomic<bool> done{false};
+  auto train_until = [&](const char* what) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int i = 0; (i < 50 || !seen(what)) && std::chrono::steady_clock::now() < end; ++i) {
+      float loss = 0;
+      count(dp_group_train_step(g1, opt, x, y, &loss));
+    }
+    done = true;
+  };
+  auto evaluate_other_group = [&] {
+    while (!done) {
+      float loss = 0;
+      int64_t correct = 0;
+      count(dp_group_evaluate(g2, x, y, &loss, &correct));
+    }
+  };
+  auto read_parameters = [&] {
+    while (!done) count(dp_model_copy_parameters(m, params.data(), n));
+  };
+  std::thread a(train_until, "through another group"), b(evaluate_other_group);
+  a.join();
+  b.join();
+  done = false;
+  // A train step refused while the parameters are read.
+  std::thread c(train_until, "the model is in use by another thread's call"), d(read_parameters);
+  c.join();
+  d.join();
+  CAPTURE(other_message);
+  CHECK(other_message.empty());
+  // Each pair collided at least once, and each refusal named the model.
+  CHECK(refused["through another group"] > 0);
+  CHECK(refused["the model is in use by another thread's call"] > 0);
+  CHECK(refused["the group is in use by another thread's call"] == 0);
+  // Usable as before, from one thread: both groups, and the model's values.
+  float loss = 0;
+  int64_t correct = 0;
+  DP_REQUIRE_OK(dp_group_train_step(g1, opt, x, y, &loss));
+  DP_REQUIRE_OK(dp_group_evaluate(g2, x, y, &loss, &correct));
+  DP_REQUIRE_OK(dp_model_copy_parameters(m, params.data(), n));
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g1);
+  dp_group_destroy(g2);
   dp_model_destroy(m);
 }

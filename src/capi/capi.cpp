@@ -207,6 +207,7 @@ dp_status dp_model_num_parameters(const dp_model* m, int64_t* count) {
 dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   const std::vector<float>& params = m->model->params();
   check_count(m, count, params.size(), "dp_model_copy_parameters");
   std::memcpy(dst, params.data(), params.size() * sizeof(float));
@@ -216,6 +217,7 @@ dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count)
 dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && src, "m and src must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   if (count != m->model->num_params())
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_parameters: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(m->model->num_params()));
@@ -227,6 +229,7 @@ dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) 
 dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && dst, "m and dst must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   const std::vector<float>& grads = m->model->grads();
   check_count(m, count, grads.size(), "dp_model_copy_gradients");
   std::memcpy(dst, grads.data(), grads.size() * sizeof(float));
@@ -275,6 +278,7 @@ dp_status dp_model_buffer_info(const dp_model* m, int index, const char** name, 
 dp_status dp_model_set_buffers(dp_model* m, const float* src, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && (src || m->model->num_buffers() == 0), "m and src must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   if (count != m->model->num_buffers())
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_buffers: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(m->model->num_buffers()));
@@ -295,6 +299,7 @@ dp_status dp_model_num_buffers(const dp_model* m, int64_t* count) {
 dp_status dp_model_copy_buffers(const dp_model* m, float* dst, int64_t count) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && (dst || m->model->num_buffers() == 0), "m and dst must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   const std::vector<float>& buffers = m->model->buffers();
   check_count(m, count, buffers.size(), "dp_model_copy_buffers");
   if (!buffers.empty()) std::memcpy(dst, buffers.data(), buffers.size() * sizeof(float));
@@ -456,6 +461,7 @@ dp_status dp_device_name(const char* kind, int index, const char** name) {
 dp_status dp_group_create(dp_model* m, const char* devices, dp_group** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && devices && out, "m, devices and out must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   auto g = std::make_unique<dp_group>();
   g->model = m;
   g->group = std::make_unique<dp::Group>(*m->model, devices);

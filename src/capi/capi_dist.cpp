@@ -81,6 +81,7 @@ dp_status dp_process_group_stop_requested(const dp_process_group* pg, int* proce
 dp_status dp_group_create_distributed(dp_model* m, const char* devices, dp_process_group* pg, dp_group** out) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && devices && pg && out, "m, devices, pg and out must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   auto g = std::make_unique<dp_group>();
   g->model = m;
   g->procs = pg->pg;

@@ -26,6 +26,11 @@ struct dp_context {
 struct dp_model {
   dp_context* ctx;
   std::unique_ptr<dp::Model> model;
+  // The call running on this model now (ModelInUse): this model's own
+  // dp_model_* call, or one of its groups' (the group's address); null when
+  // none. One thread at a time (dp.h): a call from a second thread fails
+  // rather than racing the first on the parameters.
+  mutable std::atomic<const void*> holder{nullptr};
 };
 
 struct dp_tensor {
@@ -51,28 +56,38 @@ struct dp_group {
   dp_model* model;
   std::shared_ptr<dp::ProcessGroup> procs;  // kept alive while the group lives (declared first: destroyed last)
   std::unique_ptr<dp::Group> group;
-  // Set while a call runs the group (GroupInUse): one thread at a time
-  // (dp.h); a second thread's call fails rather than waiting forever on the
-  // group's workers, which serve one job at a time.
-  mutable std::atomic<bool> busy{false};
 };
 
 namespace dp {
-// Holds g for one call; throws DP_ERR_INVALID_ARGUMENT naming `fn` when
-// another thread's call holds it.
-class GroupInUse {
+// Holds a model for one call, on behalf of `holder` (the model itself, or
+// one of its groups); throws DP_ERR_INVALID_ARGUMENT naming `fn` when another
+// thread's call holds it. A group's workers serve one job at a time (a second
+// caller used to wait forever), and two groups of one model, or a group and a
+// dp_model_* call, would race on its parameters.
+class ModelInUse {
  public:
-  GroupInUse(const dp_group* g, const char* fn) : g_(g) {
-    if (g_->busy.exchange(true, std::memory_order_acquire))
-      fail(DP_ERR_INVALID_ARGUMENT, std::string(fn) + ": the group is in use by another thread's call (a group, with its "
-                                                       "optimizers, is used by one thread at a time)");
+  ModelInUse(const dp_model* m, const void* holder, const char* fn) : m_(m) {
+    const void* expected = nullptr;
+    if (m_->holder.compare_exchange_strong(expected, holder, std::memory_order_acquire)) return;
+    // `expected` is the other call's holder (it may have ended since: it only words the message).
+    std::string what = expected == holder && holder != m ? "the group is in use by another thread's call"
+                       : expected == m                   ? "the model is in use by another thread's call"
+                                                         : "the model is in use by another thread's call through another group";
+    fail(DP_ERR_INVALID_ARGUMENT,
+         std::string(fn) + ": " + what + " (a model, with its groups and optimizers, is used by one thread at a time)");
   }
-  ~GroupInUse() { g_->busy.store(false, std::memory_order_release); }
-  GroupInUse(const GroupInUse&) = delete;
-  GroupInUse& operator=(const GroupInUse&) = delete;
+  ~ModelInUse() { m_->holder.store(nullptr, std::memory_order_release); }
+  ModelInUse(const ModelInUse&) = delete;
+  ModelInUse& operator=(const ModelInUse&) = delete;
 
  private:
-  const dp_group* g_;
+  const dp_model* m_;
+};
+
+// A call running group g holds g's model.
+class GroupInUse : public ModelInUse {
+ public:
+  GroupInUse(const dp_group* g, const char* fn) : ModelInUse(g->model, g, fn) {}
 };
 }  // namespace dp
 

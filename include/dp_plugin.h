@@ -20,6 +20,9 @@
  *   NUL-terminated message in err (cap bytes, cap >= 256). The host prefixes
  *   the layer's JSON path and type. The args_* accessors report their own
  *   path-named message: on their failure return non-zero from create at once.
+ *   Callbacks must not throw; a C++ exception that escapes one anyway is
+ *   caught and reported as DP_ERR_PLUGIN ("forward threw: ..."), and one
+ *   from destroy is dropped (docs/plugins.md, "Exceptions").
  * - ABI: every struct begins with struct_size and only grows at its end
  *   ("append only": a field once published never moves); the host reads only
  *   the fields a plugin's struct_size covers, and a plugin must check
@@ -252,7 +255,9 @@ typedef struct dp_host_api {
   /* Calls fn(user, begin, end) over [0, n) in contiguous ranges of at least
    * `grain`, on this device's worker threads (concurrently); returns when
    * all are done. fn must not call back into the host. On a CUDA replica,
-   * one call over [0, n) on the calling thread. */
+   * one call over [0, n) on the calling thread. A C++ exception from fn
+   * fails the forward or backward that called parallel_for (DP_ERR_PLUGIN),
+   * whatever it returns. */
   void (*parallel_for)(const dp_plugin_run* run, int64_t n, int64_t grain,
                        void (*fn)(void* user, int64_t begin, int64_t end), void* user);
   /* A uniform number in [0, 1), a pure function of (model seed, layer index,

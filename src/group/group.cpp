@@ -300,8 +300,9 @@ void Group::forward(const Tensor& input, Tensor& output) {
   output.resize(DP_F32, last_output_shape_);
   run(Job::kForward, training_, &input, nullptr, nullptr, &output);
   if (training_) {
-    merge_stats();
+    std::exception_ptr merge_failed = merge_stats();
     ++step_;
+    if (merge_failed) raise_merge_failure(merge_failed, "the forward ran (its step counted); its output is not returned");
   }
   have_forward_ = true;
 }
@@ -349,16 +350,32 @@ void Group::optimizer_step(Optimizer& opt) {
   engine_->optimizer_step(opt);
 }
 
-// The replicas' training statistics folded into the model's buffers, in
-// replica order, weighted by their rows.
-void Group::merge_stats() {
-  if (model_.stats_total == 0) return;
+// In replica order, weighted by their rows.
+std::exception_ptr Group::merge_stats() {
+  if (model_.stats_total == 0) return nullptr;
   float* buffers = model_.mutable_buffers().data();
   const std::vector<int64_t>& split = global_split_;
+  std::exception_ptr failed;
   for (const Node& node : model_.nodes) {
     if (node.stats_count == 0) continue;
     for (size_t r = 0; r < split.size(); ++r) stat_ptrs_[r] = engine_->stats(static_cast<int>(r)) + node.stats_offset;
-    node.layer->merge_stats(buffers + node.buffer_offset, stat_ptrs_.data(), split.data(), static_cast<int>(split.size()));
+    try {
+      node.layer->merge_stats(buffers + node.buffer_offset, stat_ptrs_.data(), split.data(),
+                              static_cast<int>(split.size()));
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  return failed;
+}
+
+void Group::raise_merge_failure(std::exception_ptr failure, const char* what_happened) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    fail(e.status(), std::string(e.what()) + "; " + what_happened);
+  } catch (const std::exception& e) {
+    fail(DP_ERR_INTERNAL, std::string("merging statistics: ") + e.what() + "; " + what_happened);
   }
 }
 
@@ -374,12 +391,15 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
   check_settings(opt, false);  // nor unless every process's optimizer is set alike
-  if (training_) merge_stats();
+  std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
   engine_->reduce(&opt);
   // Clipping found a non-finite norm: the engine stepped nothing, and zeroed
   // the gradients. (With the grad scaler, an inf/NaN gradient is a skipped
   // step, no error: the gradients are zeroed as well.)
   opt.check_held();
+  if (merge_failed)
+    raise_merge_failure(merge_failed, "the step was taken (parameters and optimizer state updated, the other layers' "
+                                      "statistics merged); this layer's merge did not finish");
   return loss;
 }
 
@@ -394,9 +414,12 @@ double Group::forward_backward(const Tensor& input, const Tensor& target, double
   if (!std::isfinite(loss))
     fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step_ - 1) + "; the gradients and running statistics are unchanged");
-  if (training_) merge_stats();
+  std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
   engine_->reduce(nullptr);  // adds this batch's gradients into the model's
   model_.has_grads = true;
+  if (merge_failed)
+    raise_merge_failure(merge_failed, "the batch's gradients were added (and the other layers' statistics merged); "
+                                      "this layer's merge did not finish");
   return loss;
 }
 

@@ -15,6 +15,7 @@
 // one process; losses, accuracy, batch-norm statistics and gradients are
 // the global batch's, and every process applies the same update.
 #pragma once
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,7 +97,13 @@ class Group {
   // kTrain without opt: forward_backward's job.
   void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output,
            Optimizer* opt = nullptr, double loss_scale = 1.0);
-  void merge_stats();
+  // The replicas' training statistics folded into the model's buffers. A
+  // layer whose merge fails (a plugin's merge_stats threw) is left as it was
+  // and the others are merged; its error is returned, for the caller to raise
+  // (with raise_merge_failure) once the call's work is done: in a training
+  // step the update is already under way when the statistics merge.
+  std::exception_ptr merge_stats();
+  [[noreturn]] static void raise_merge_failure(std::exception_ptr failure, const char* what_happened);
   // With processes: every process's job and rows (kept in exchange_);
   // returns the global batch. Throws on every process when they called
   // different jobs, or one's checks refused its tensors (`refused`: this

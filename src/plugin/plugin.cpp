@@ -70,6 +70,9 @@ namespace {
 struct RunHost {
   LayerIO* io;
   const RunCtx* ctx;
+  // What a parallel_for function threw (parallel_for returns nothing): the
+  // forward or backward that called it fails with it.
+  std::string thrown;
 };
 
 // ---- the host API, versions 1 and 2 ----
@@ -233,7 +236,11 @@ int h_declare_buffer(dp_plugin_build* b, const char* suffix, int32_t ndim, const
   return declare(b, b ? b->buffers : nullptr, "declare_buffer", suffix, ndim, shape, init, bound);
 }
 int h_declare_stats(dp_plugin_build* b, int64_t count) {
-  if (!b || count < 0) return 1;
+  if (!b) return 1;
+  if (count < 0) {
+    copy_message(b->error, ("declare_stats: count must be >= 0, got " + std::to_string(count)).c_str());
+    return 1;
+  }
   *b->stats = count;
   return 0;
 }
@@ -255,12 +262,18 @@ void* h_scratch(const dp_plugin_run* run, int32_t slot, size_t bytes) {
 void h_parallel_for(const dp_plugin_run* run, int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t),
                     void* user) {
   if (!run || !fn) return;
-  const RunCtx* ctx = run->host ? static_cast<RunHost*>(run->host)->ctx : nullptr;
+  auto* host = static_cast<RunHost*>(run->host);
+  const RunCtx* ctx = host ? host->ctx : nullptr;
   Workers* pool = ctx && !ctx->cuda ? ctx->pool : nullptr;  // on a CUDA replica: this thread, once
+  // fn may be C++ (a lambda) and throw: Workers::run rethrows the first
+  // range's exception here, after every range has ended. The calling
+  // forward or backward then fails with it, whatever it returns.
   try {
     parallel_for(pool, n, grain, [&](int64_t b, int64_t e) { fn(user, b, e); });
+  } catch (const std::exception& e) {
+    if (host && host->thrown.empty()) copy_message(host->thrown, e.what());
   } catch (...) {
-    // fn is C and cannot throw; Workers::run only rethrows what fn threw.
+    if (host && host->thrown.empty()) copy_message(host->thrown, "an exception that is not a std::exception");
   }
 }
 
@@ -347,19 +360,20 @@ class PluginLayer : public Layer {
     if (nested_deeper(args.object(), kMaxDepth))
       fail(DP_ERR_MODEL, args.path() + " (" + type_->name + "): nested deeper than " + std::to_string(kMaxDepth) + " levels");
     a.json = args.object().dump();
-    char err[1024] = "";
-    int rc = type_->t.create(type_->t.user, &a, &instance_, err, sizeof err);
-    if (rc != 0 || !a.error.empty()) {
-      // The constructor throws, so ~PluginLayer will not destroy what create made.
-      if (instance_ && type_->t.destroy) type_->t.destroy(instance_);
-      instance_ = nullptr;
+    char err[kErrCap] = "";
+    auto where = [&] { return args.path() + " (" + type_->name + ", plugin " + type_->lib->path + "): "; };
+    int rc = 0;
+    try {
+      rc = guarded(where, "create", [&] { return type_->t.create(type_->t.user, &a, &instance_, err, sizeof err); });
+    } catch (...) {
+      destroy_instance();  // the constructor throws: ~PluginLayer will not destroy what create made
+      throw;
     }
+    if (rc != 0 || !a.error.empty()) destroy_instance();
     if (!a.error.empty()) fail(DP_ERR_MODEL, a.error);  // path-named by Args
-    if (rc != 0) fail(DP_ERR_MODEL, args.path() + " (" + type_->name + "): " + message(err, "create failed"));
+    if (rc != 0) fail(DP_ERR_MODEL, where() + message(err, "create failed"));
   }
-  ~PluginLayer() override {
-    if (instance_ && type_->t.destroy) type_->t.destroy(instance_);
-  }
+  ~PluginLayer() override { destroy_instance(); }
 
   std::pair<int, int> arity() const override { return {type_->t.min_inputs, type_->t.max_inputs}; }
   bool runs_on_cuda() const override { return type_->t.device_impls && type_->impls.cuda_forward; }
@@ -370,10 +384,12 @@ class PluginLayer : public Layer {
     params_.clear(), buffers_.clear(), stats_ = 0;
     dp_plugin_build b{&params_, &buffers_, &stats_, {}};
     dp_plugin_shape out = shape_of(Shape{});
-    char err[1024] = "";
-    int rc = type_->t.infer(instance_, &b, shapes.data(), static_cast<int32_t>(shapes.size()), &out, err, sizeof err);
+    char err[kErrCap] = "";
     // As forward's messages: the model adds the layer's path, type and name.
     const std::string from = "plugin " + type_->lib->path + ": ";
+    int rc = guarded([&] { return from; }, "infer", [&] {
+      return type_->t.infer(instance_, &b, shapes.data(), static_cast<int32_t>(shapes.size()), &out, err, sizeof err);
+    });
     if (!b.error.empty()) fail(DP_ERR_PLUGIN, from + b.error);  // a bad declaration: the plugin's bug
     if (rc != 0) fail(DP_ERR_SHAPE, from + "infer failed: " + message(err, "error"));  // inputs it cannot take
     if (out.ndim < 0 || out.ndim >= DP_MAX_DIMS)
@@ -422,12 +438,45 @@ class PluginLayer : public Layer {
   }
 
   void merge_stats(float* buffers, const float* const* stats, const int64_t* count, int replicas) const override {
-    if (type_->t.merge_stats) type_->t.merge_stats(instance_, buffers, stats, count, replicas);
+    if (!type_->t.merge_stats) return;
+    guarded([this] { return where(); }, "merge_stats",
+            [&] { type_->t.merge_stats(instance_, buffers, stats, count, replicas); });
   }
 
  private:
+  static constexpr size_t kErrCap = 1024;  // the err buffer every callback gets
+  // A callback's err: at most kErrCap - 1 characters, whether or not the
+  // plugin ended it with a NUL.
   static std::string message(const char* err, const char* fallback) {
-    return err[0] ? std::string(err) : std::string(fallback) + " (the plugin gave no message)";
+    size_t n = strnlen(err, kErrCap - 1);
+    return n ? std::string(err, n) : std::string(fallback) + " (the plugin gave no message)";
+  }
+  // Calls a plugin callback. Callbacks are C functions and must not throw
+  // (dp_plugin.h), but one written in C++ may: what escapes is caught here
+  // and reported as DP_ERR_PLUGIN, "<where()><what> threw: <message>"
+  // (where() is called only then: a step allocates nothing).
+  template <class Where, class F>
+  static auto guarded(const Where& where, const char* what, F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      fail(DP_ERR_PLUGIN, where() + what + " threw: " + e.what());
+    } catch (...) {
+      fail(DP_ERR_PLUGIN, where() + what + " threw an exception that is not a std::exception");
+    }
+  }
+  // "/layers/1 (swish 's', plugin /abs/swish.so): "
+  std::string where() const { return path + " (" + type + " '" + name + "', plugin " + type_->lib->path + "): "; }
+  // destroy, NULL-safe and once; an exception it throws is dropped (there is
+  // no caller to report it to: it runs from model and layer destructors).
+  void destroy_instance() noexcept {
+    void* instance = instance_;
+    instance_ = nullptr;
+    if (!instance || !type_->t.destroy) return;
+    try {
+      type_->t.destroy(instance);
+    } catch (...) {
+    }
   }
   // Grown once per thread, then reused: no allocation per step.
   static std::vector<dp_plugin_tensor>& inputs_buffer() {
@@ -451,7 +500,7 @@ class PluginLayer : public Layer {
     return p;
   }
   void call(dp_plugin_run_fn fn, const char* what, const RunCtx& ctx, LayerIO& io, const dp_plugin_io& pio) const {
-    RunHost host{&io, &ctx};
+    RunHost host{&io, &ctx, {}};
     dp_plugin_run run;
     std::memset(&run, 0, sizeof run);
     run.struct_size = sizeof run;
@@ -468,11 +517,12 @@ class PluginLayer : public Layer {
     if (!fn) fail(DP_ERR_DEVICE, path + " (" + type + " '" + name + "'): the plugin gave no code for this device");
     // Device code launches on the replica's stream: never on the legacy one.
     if (ctx.cuda && !ctx.cuda_stream) fail(DP_ERR_INTERNAL, path + ": a CUDA replica's RunCtx without its stream");
-    char err[1024];
+    char err[kErrCap];
     err[0] = 0;
-    if (fn(instance_, &run, &pio, err, sizeof err) != 0)
-      fail(DP_ERR_PLUGIN, path + " (" + type + " '" + name + "', plugin " + type_->lib->path + "): " +
-                            (ctx.cuda ? "CUDA " : "") + what + " failed: " + message(err, "error"));
+    auto on = [&] { return where() + (ctx.cuda ? "CUDA " : ""); };
+    int rc = guarded(on, what, [&] { return fn(instance_, &run, &pio, err, sizeof err); });
+    if (!host.thrown.empty()) fail(DP_ERR_PLUGIN, on() + what + ": a parallel_for function threw: " + host.thrown);
+    if (rc != 0) fail(DP_ERR_PLUGIN, on() + what + " failed: " + message(err, "error"));
   }
 
   std::shared_ptr<const PluginTypeHolder> type_;
@@ -535,7 +585,8 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
   if (found.empty())
     fail(DP_ERR_PLUGIN, "plugin '" + entry + "' not found (looked for: " + (tried.empty() ? "DP_PLUGIN_PATH is not set" : tried) +
                             "; bare names are searched in DP_PLUGIN_PATH" +
-                            (trust == Trust::kInstalledOnly && !by_path ? " only, for a model's \"plugins\"" : "") + ")");
+                            (trust == Trust::kInstalledOnly && !by_path ? " only, for a model's \"plugins\"" : "") +
+                            "; an installed dp's plugins are in `pkg-config --variable=plugindir dp`)");
   char real[PATH_MAX];
   std::string path = realpath(found.c_str(), real) ? std::string(real) : found;
   for (const auto& lib : libs_)
@@ -573,7 +624,15 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
   base.host_version = dp_version();
   char err[1024];
   err[0] = 0;
-  int rc = init(&base, err, sizeof err);
+  int rc = 0;
+  try {
+    rc = init(&base, err, sizeof err);
+  } catch (const std::exception& e) {
+    fail(DP_ERR_PLUGIN, "plugin " + path + ": dp_plugin_init threw: " + e.what() + "; nothing from this plugin was registered");
+  } catch (...) {
+    fail(DP_ERR_PLUGIN, "plugin " + path + ": dp_plugin_init threw an exception that is not a std::exception; nothing "
+                        "from this plugin was registered");
+  }
   err[sizeof err - 1] = 0;
   // On any failure, reg.pending (and with it the library) goes away: nothing
   // stays registered.

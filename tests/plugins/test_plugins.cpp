@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -276,6 +277,93 @@ TEST_CASE("plugins: a callback's error during training reaches dp_group_train_st
   CHECK(params_of(m) != before);
   dp_tensor_destroy(tx), dp_tensor_destroy(tb), dp_tensor_destroy(ty);
   dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+}
+
+// A callback written in C++ may throw, though dp_plugin.h says it must not:
+// an exception from parallel_for's function used to vanish (the layer's
+// output never written, the step DP_OK), one from merge_stats left the step
+// half-done, one from destroy ended the process. Each is DP_ERR_PLUGIN now,
+// naming layer, plugin and callback; the error says what the call did.
+TEST_CASE("plugins: exceptions from a C++ plugin's callbacks are DP_ERR_PLUGIN naming where; nothing half-done") {
+  Ctx c;
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_THROWS));
+  auto layer = [](const std::string& in, int at_step = 1) {
+    return model_with(R"({"type": "throws", "name": "t", "throw_in": ")" + in + R"(", "at_step": )" +
+                      std::to_string(at_step) + "}");
+  };
+  require_error(c.build(layer("create")), DP_ERR_PLUGIN,
+                {"/layers/1 (throws, plugin ", "fixture_throws.so): create threw: thrown in create on purpose"});
+  require_error(c.build(layer("infer")), DP_ERR_PLUGIN,
+                {"/layers/1 (throws 't')", "fixture_throws.so: infer threw: thrown in infer on purpose"});
+  require_error(c.build(R"({"input": {"shape": [4]}, "layers": [{"type": "throws", "stats": -5}]})"), DP_ERR_PLUGIN,
+                {"/layers/0", "declare_stats: count must be >= 0, got -5"});
+  // destroy: dropped (no caller to tell), the process goes on.
+  DP_REQUIRE_OK(c.build(layer("destroy")));
+
+  // During training: step 0 succeeds, step 1 fails, step 2 succeeds again.
+  struct Case {
+    const char* in;
+    std::vector<std::string> said;
+    bool stepped;  // whether the failed call's update was applied
+  };
+  const std::vector<Case> cases = {
+      {"forward", {"/layers/1 (throws 't', plugin ", "): forward threw: thrown in forward on purpose"}, false},
+      {"backward", {"): backward threw: thrown in backward on purpose"}, false},
+      {"parallel_for", {"): forward: a parallel_for function threw: thrown in parallel_for on purpose"}, false},
+      {"merge_stats",
+       {"): merge_stats threw: thrown in merge_stats on purpose", "the step was taken", "merge did not finish"},
+       true},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.in);
+    dp_model* m = nullptr;
+    DP_REQUIRE_OK(dp_model_from_json(c.ctx, layer(k.in).c_str(), &m));
+    dp_group* g = nullptr;
+    DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+    dp_optimizer* opt = nullptr;
+    DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
+    std::vector<float> x(6 * 4), y(6 * 3, 0.25f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    dp_tensor *tx = make_f32(c.ctx, x, {6, 4}), *ty = make_f32(c.ctx, y, {6, 3});
+    float loss = 0;
+    DP_REQUIRE_OK(dp_group_train_step(g, opt, tx, ty, &loss));
+    const std::vector<float> before = params_of(m);
+    int64_t steps = 0;
+    require_error(dp_group_train_step(g, opt, tx, ty, &loss), DP_ERR_PLUGIN, k.said);
+    DP_REQUIRE_OK(dp_optimizer_steps(opt, &steps));
+    CHECK(steps == (k.stepped ? 2 : 1));
+    CHECK((params_of(m) != before) == k.stepped);
+    DP_REQUIRE_OK(dp_group_train_step(g, opt, tx, ty, &loss));
+    CHECK(std::isfinite(loss));
+    dp_tensor_destroy(tx), dp_tensor_destroy(ty);
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(g);
+    dp_model_destroy(m);
+  }
+}
+
+// An err the plugin filled to the end without a NUL: the message stops at
+// the buffer's end (was read past it).
+TEST_CASE("plugins: an err without a terminating NUL is read only up to its capacity") {
+  Ctx c;
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_THROWS));
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_model_from_json(
+      c.ctx, model_with(R"({"type": "throws", "throw_in": "long_error", "at_step": 0})").c_str(), &m));
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));
+  dp_tensor* x = make_f32(c.ctx, std::vector<float>(8, 0.5f), {2, 4});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_set_training(g, 1));
+  CHECK(dp_group_forward(g, x, &out) == DP_ERR_PLUGIN);
+  const std::string msg = dp_last_error();
+  const size_t a = msg.find("forward failed: A");
+  REQUIRE(a != std::string::npos);
+  CHECK(msg.substr(a + std::strlen("forward failed: ")) == std::string(1023, 'A'));
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(out);
   dp_group_destroy(g);
   dp_model_destroy(m);
 }

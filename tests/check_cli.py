@@ -428,6 +428,17 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run('train', 'mlp.json', *half, '--resume', 'b5.ckpt')
     expect(r.returncode == 2 and 'was saved before its epoch ended (step 5) with --batch-size 64; resume it with '
            '--batch-size 64' in r.stderr, 'another batch size inside an epoch: refused', r.stderr)
+    # After an epoch's end another batch size may go on: the steps (and a cosine's T_max) count the epochs as they
+    # ran (32 steps of 64, then 64 of 32), not epochs x the new steps per epoch (was: steps 64, lr half the base).
+    r1 = run('train', 'mlp.json', *common, '--lr-schedule', 'cosine', '--save', 'bs.ckpt')
+    r2 = run('train', 'mlp.json', *half, '--epochs', '2', '--lr-schedule', 'cosine', '--resume', 'bs.ckpt',
+             '--log', 'bs.jsonl')
+    logged = [json.loads(line) for line in open('bs.jsonl')] if os.path.exists('bs.jsonl') else [{}]
+    expect(r1.returncode == 0 and r2.returncode == 0 and last_json(r2.stdout)['steps'] == 96 and
+           logged[-1].get('step') == 96 and
+           math.isclose(logged[-1].get('lr', 1), 0.01 * (1 + math.cos(math.pi * 95 / 96)) / 2, rel_tol=1e-6),
+           'resumed after an epoch with another batch size: its steps; cosine over them (the last step\'s lr)',
+           r2.stdout + r2.stderr + str(logged[-1]))
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

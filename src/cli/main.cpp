@@ -450,7 +450,13 @@ static int train(const TrainOptions& o) {
     return rows;
   };
   auto closes_step = [&](int64_t i) { return (i + 1) % K == 0 || i + 1 == batches; };
-  int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;  // optimizer steps taken (resumed: so far)
+  // Optimizer steps taken (resumed: so far). A checkpoint records its own:
+  // its earlier epochs may have run with another --batch-size (allowed after
+  // an epoch's end), so epochs × this run's steps per epoch is not it.
+  int64_t global_step = epoch * steps_per_epoch + (batch + K - 1) / K;
+  if (const nlohmann::json saved = resumed.is_null() ? nlohmann::json() : meta_value(resumed, "step");
+      saved.is_number_integer() && saved.get<int64_t>() >= 0)
+    global_step = saved.get<int64_t>();
   // The epoch's training loss so far (its mean is the epoch's train_loss):
   // kept in a checkpoint saved inside an epoch, so that a run resumed there
   // reports the whole epoch's mean, not that of the steps after the resume.
@@ -517,7 +523,9 @@ static int train(const TrainOptions& o) {
   // the run's where left out. A function of the optimizer's steps, so a
   // resumed run follows the same curve.
   if (schedule.is_object()) {
-    fill_schedule_length(schedule, std::max<int64_t>(1, o.epochs * steps_per_epoch));
+    // The steps before this epoch (as they ran), and this run's for the rest.
+    const int64_t total = global_step - (batch + K - 1) / K + (o.epochs - epoch) * steps_per_epoch;
+    fill_schedule_length(schedule, std::max<int64_t>(1, total));
     check(dp_optimizer_set_lr_schedule(opt.get(), schedule.dump().c_str()), "--lr-schedule");
   }
 

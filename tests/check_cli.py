@@ -439,6 +439,30 @@ with tempfile.TemporaryDirectory() as tmp:
            math.isclose(logged[-1].get('lr', 1), 0.01 * (1 + math.cos(math.pi * 95 / 96)) / 2, rel_tol=1e-6),
            'resumed after an epoch with another batch size: its steps; cosine over them (the last step\'s lr)',
            r2.stdout + r2.stderr + str(logged[-1]))
+    # Before training, not an epoch later (or never): an empty set, a test set the model cannot take.
+    for name, sizes, said in [('mn0', [('train', 0, 28), ('t10k', 8, 28)], 'the training set is empty'),
+                              ('mn8', [('train', 64, 28), ('t10k', 8, 8)],
+                               "the test set's samples are [1, 8, 8] (after its transform); the model's input is [1, 28, 28]")]:
+        os.mkdir(name)
+        for prefix, n, side in sizes:
+            with gzip.open(f'{name}/{prefix}-images-idx3-ubyte.gz', 'wb') as f:
+                f.write(struct.pack('>iiii', 2051, n, side, side) + bytes(n * side * side))
+            with gzip.open(f'{name}/{prefix}-labels-idx1-ubyte.gz', 'wb') as f:
+                f.write(struct.pack('>ii', 2049, n) + bytes(n))
+        r = run('train', 'mn.json', '--data', f'mnist:{name}', '--devices', 'cpu:0', '--workers', '0')
+        expect(r.returncode == 2 and said in r.stderr and 'epoch 1' not in r.stderr, f'refused before training: {said}',
+               r.stdout + r.stderr)
+    # A write that fails once training runs: the run ends (result printed), then exits 1 saying what was lost.
+    if os.path.exists('/dev/full'):
+        r = run('train', 'mlp.json', *common, '--log', '/dev/full')
+        expect(r.returncode == 1 and last_json(r.stdout)['steps'] == 32 and
+               '--log: cannot write /dev/full (No space left on device)' in r.stderr, '--log on a full disk: exit 1',
+               r.stdout + r.stderr)
+        with open('/dev/full', 'w') as full:
+            p = subprocess.run([DP, 'train', 'mlp.json', *common, '--max-steps', '3'], stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=300)
+        expect(p.returncode == 1 and 'cannot write the result to stdout' in p.stderr, 'stdout on a full disk: exit 1',
+               p.stderr)
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

@@ -98,6 +98,31 @@ static void check_writable(const std::string& path, const std::string& option, W
   }
 }
 
+// Before training: an empty set, or samples the model cannot take, would
+// otherwise be found by the first evaluation, an epoch (and its work) later,
+// or end a run that trained nothing as a success.
+static void check_sets(const dp_model* model, const Data& data, const std::string& spec) {
+  int mdim = 0;
+  int64_t mshape[DP_MAX_DIMS];
+  check(dp_model_input_shape(model, &mdim, mshape), "model");
+  auto text = [](int n, const int64_t* d) {
+    std::string t = "[";
+    for (int i = 0; i < n; ++i) t += (i ? ", " : "") + std::to_string(d[i]);
+    return t + "]";
+  };
+  for (const auto& [set, name] : {std::pair<dp_dataset*, const char*>{data.train.get(), "training"}, {data.test.get(), "test"}}) {
+    int64_t n = 0;
+    int ndim = 0;
+    int64_t shape[DP_MAX_DIMS];
+    check(dp_dataset_length(set, &n), std::string(name) + " data");
+    if (n == 0) throw Failure(kUsage, "--data " + spec + ": the " + name + " set is empty");
+    check(dp_dataset_sample_shape(set, &ndim, shape), std::string(name) + " data");
+    if (text(ndim, shape) != text(mdim, mshape))
+      throw Failure(kUsage, "--data " + spec + ": the " + name + " set's samples are " + text(ndim, shape) +
+                                " (after its transform); the model's input is " + text(mdim, mshape));
+  }
+}
+
 static Model load_model(dp_context* ctx, const std::string& path) {
   dp_model* m = nullptr;
   check(dp_model_from_file(ctx, path.c_str(), &m), "model");
@@ -387,10 +412,12 @@ static int train(const TrainOptions& o) {
   Context ctx(c);
   Model model = load_model(c, o.model);
   Data data = open_data(c, o.data, model.get(), static_cast<uint64_t>(o.seed));
+  check_sets(model.get(), data, o.data);
   if (lead) {  // rank 0 writes them
     check_writable(o.save, "--save");
     check_writable(o.save_best, "--save-best");
     check_writable(o.plot, "--plot", Writer::kInPlace);
+    check_writable(o.log, "--log", Writer::kInPlace);
   }
   std::string devices = resolve_devices(o.devices, launch.local_processes, launch.local_rank);
   Group group = make_group(model.get(), devices, o.threads, pg);
@@ -419,8 +446,20 @@ static int train(const TrainOptions& o) {
   std::ofstream log;
   if (!o.log.empty() && lead) {
     log.open(o.log, std::ios::app);
-    if (!log) throw Failure(kUsage, "--log: cannot write " + o.log);
+    if (!log) throw Failure(kUsage, "--log: cannot write " + o.log + ": " + std::strerror(errno));
   }
+  // A write that fails once training runs (a full disk) stops the log, not
+  // the run: the run ends as it would, checkpoint and result included, then
+  // exits 1 with this.
+  std::string late_error;
+  auto log_line = [&](const std::string& line) {
+    if (!log.is_open()) return;
+    log << line << std::endl;
+    if (log) return;
+    if (late_error.empty())
+      late_error = "--log: cannot write " + o.log + " (" + std::strerror(errno) + "); it lacks the lines from then on";
+    log.close();
+  };
   int ndev = 0;
   check(dp_group_num_devices(group.get(), &ndev), "devices");
   int64_t batches = 0, epoch = 0, batch = 0, samples_in_set = 0;
@@ -613,10 +652,9 @@ static int train(const TrainOptions& o) {
         if (lead)
           progress.line("step " + std::to_string(global_step) + " (epoch " + json_num(at) + "): test loss " +
                         json_num(r.loss) + ", test accuracy " + json_num(r.accuracy));
-        if (log)
-          log << "{\"step\": " << global_step << ", \"epoch\": " << json_num(at) << ", \"test_loss\": "
-              << json_num(r.loss) << ", \"test_accuracy\": " << json_num(r.accuracy) << ", \"lr\": " << nlohmann::json(step_lr).dump()
-              << "}" << std::endl;
+        log_line("{\"step\": " + std::to_string(global_step) + ", \"epoch\": " + json_num(at) + ", \"test_loss\": " +
+                 json_num(r.loss) + ", \"test_accuracy\": " + json_num(r.accuracy) + ", \"lr\": " +
+                 nlohmann::json(step_lr).dump() + "}");
         if (lead) chart.evals.push_back({global_step, r.loss, r.accuracy});
         evaluated(r, at);
       }
@@ -639,11 +677,11 @@ static int train(const TrainOptions& o) {
       progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
                   json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
                   json_num(last_eval.accuracy) + " (" + json_num(now_seconds() - epoch_start) + " s)");
-    if (log)
-      log << "{\"epoch\": " << epoch + 1 << ", \"step\": " << global_step << ", \"train_loss\": " << json_num(last_loss)
-          << ", \"test_loss\": " << json_num(last_eval.loss) << ", \"test_accuracy\": " << json_num(last_eval.accuracy)
-          << ", \"samples_per_second\": " << (samples ? json_num(samples / std::max(train_seconds, 1e-9)) : "null")
-          << ", \"lr\": " << nlohmann::json(step_lr).dump() << "}" << std::endl;  // (null: an epoch ended by a resumed run before any batch)
+    log_line("{\"epoch\": " + std::to_string(epoch + 1) + ", \"step\": " + std::to_string(global_step) +
+             ", \"train_loss\": " + json_num(last_loss) + ", \"test_loss\": " + json_num(last_eval.loss) +
+             ", \"test_accuracy\": " + json_num(last_eval.accuracy) + ", \"samples_per_second\": " +
+             (samples ? json_num(samples / std::max(train_seconds, 1e-9)) : "null") +  // (null: an epoch ended by a resumed run before any batch)
+             ", \"lr\": " + nlohmann::json(step_lr).dump() + "}");
     evaluated(last_eval, double(epoch + 1));
     save();
   }
@@ -658,7 +696,13 @@ static int train(const TrainOptions& o) {
                                        : std::string()) +
                   (o.save.empty() ? "" : "; checkpoint written to " + o.save));
   }
-  if (!o.plot.empty() && lead) write_plot(o.plot, chart);
+  if (!o.plot.empty() && lead) {
+    try {
+      write_plot(o.plot, chart);
+    } catch (const Failure& f) {  // the result is still printed
+      if (late_error.empty()) late_error = f.what();
+    }
+  }
   const int stopped_code = g_stop == SIGTERM ? 128 + SIGTERM : 128 + SIGINT;  // as the shell reports a signal's end
   if (!lead) return interrupted ? stopped_code : kOk;
   std::string best_json;
@@ -679,6 +723,7 @@ static int train(const TrainOptions& o) {
               (long long)epochs_done, (long long)global_step, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
               json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false",
               best_json.c_str());
+  if (!late_error.empty()) throw Failure(kRuntime, late_error);
   return interrupted ? stopped_code : kOk;
 }
 
@@ -1049,12 +1094,17 @@ int main(int argc, char** argv) {
   // On a terminal the progress line is redrawn in place: an error starts below it.
   const char* fresh_line = ::isatty(2) ? "\n" : "";
   try {
-    if (*train_cmd) return train(t);
-    if (*eval_cmd) return eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform);
-    if (*bench_cmd) return bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt);
-    if (*export_cmd) return export_model(x_model, x_weights, x_onnx, x_safetensors);
-    if (*plugins_cmd) return plugins(p_paths);
-    return devices();
+    const int rc = *train_cmd    ? train(t)
+                   : *eval_cmd   ? eval(e_model, e_ckpt, e_data, e_devices, e_batch, e_workers, e_transform)
+                   : *bench_cmd  ? bench(b_model, b_devices, b_batch, b_steps, b_threads, b_opt)
+                   : *export_cmd ? export_model(x_model, x_weights, x_onnx, x_safetensors)
+                   : *plugins_cmd ? plugins(p_paths)
+                                  : devices();
+    // The result is stdout's last line: a run whose result could not be
+    // written (a closed pipe, a full disk) did not succeed.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw Failure(kRuntime, std::string("cannot write the result to stdout (") + std::strerror(errno) + ")");
+    return rc;
   } catch (const Failure& f) {
     std::fprintf(stderr, "%sdp%s: %s\n", fresh_line, g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", f.what());
     return f.code;

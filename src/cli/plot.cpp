@@ -6,7 +6,9 @@
 #include "plot.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 
@@ -851,10 +853,14 @@ std::string render_plot(const TrainingRecord& r) {
 void write_plot(const std::string& path, const TrainingRecord& r) {
   const std::string svg = render_plot(r);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Failure(kUsage, "--plot: cannot write " + path);
+  if (!f) throw Failure(kRuntime, "--plot: cannot write " + path + " (" + std::strerror(errno) + ")");
   f.write(svg.data(), std::streamsize(svg.size()));
   f.close();
-  if (!f) throw Failure(kUsage, "--plot: cannot write " + path);
+  if (!f) {  // (a full disk): no half-written chart left behind
+    const std::string why = std::strerror(errno);
+    std::remove(path.c_str());
+    throw Failure(kRuntime, "--plot: cannot write " + path + " (" + why + ")");
+  }
 }
 
 }  // namespace dpcli

@@ -684,6 +684,9 @@ static int train(const TrainOptions& o) {
              ", \"lr\": " + nlohmann::json(step_lr).dump() + "}");
     evaluated(last_eval, double(epoch + 1));
     save();
+    // Ctrl-C during the epoch's evaluation or save: stop here, at the epoch's
+    // end (the checkpoint just written), not after the next epoch's first step.
+    if (epoch + 1 < o.epochs && stop_now()) interrupted = true;
   }
   if (interrupted || step_limit) {
     save();

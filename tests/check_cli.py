@@ -463,6 +463,13 @@ with tempfile.TemporaryDirectory() as tmp:
                                stderr=subprocess.PIPE, text=True, timeout=300)
         expect(p.returncode == 1 and 'cannot write the result to stdout' in p.stderr, 'stdout on a full disk: exit 1',
                p.stderr)
+    # Typos and PyTorch's names: the option meant (was CLI11's "The following arguments were not expected: 1 --epoch").
+    for given, said in [('--epoch', "unknown option '--epoch' (did you mean '--epochs'?)"),
+                        ('--num-workers', "unknown option '--num-workers' (did you mean '--workers'?)"),
+                        ('--weight-decay', "the optimizer's settings go in --optimizer's JSON"),
+                        ('--frobnicate', "unknown option '--frobnicate' (dp train --help lists them)")]:
+        r = run('train', 'mlp.json', given, '1')
+        expect(r.returncode == 2 and said in r.stderr and 'not expected' not in r.stderr, f'{given}: {said}', r.stderr)
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

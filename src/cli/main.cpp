@@ -345,7 +345,8 @@ static void note_blas_kernel(const std::string& devices) {
 }
 
 // --lr-schedule as a schedule's JSON (null: constant): "cosine" or any
-// type alone ("linear": its defaults), or the JSON object; read before the
+// type alone ("linear": its defaults; libdp names a key a type cannot do
+// without), or the JSON object; read before the
 // data loads, so that broken JSON fails at once (an unknown type or key is
 // libdp's to refuse, once the optimizer exists).
 static nlohmann::json lr_schedule_json(const std::string& text) {
@@ -913,10 +914,10 @@ static const CLI::Validator kNonNegativeNumber(
     },
     "NUMBER >= 0");
 
-// "dp trian ...": the command that was meant, instead of CLI11's "A
-// subcommand is required".
-static int unknown_command(const std::string& word, const std::vector<std::string>& known) {
-  auto distance = [](const std::string& a, const std::string& b) {  // Levenshtein
+// The word of `known` at most two edits from `word` (Levenshtein), the
+// nearest; "" if none.
+static std::string closest(const std::string& word, const std::vector<std::string>& known) {
+  auto distance = [](const std::string& a, const std::string& b) {
     std::vector<size_t> row(b.size() + 1);
     for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
     for (size_t i = 1; i <= a.size(); ++i) {
@@ -930,12 +931,19 @@ static int unknown_command(const std::string& word, const std::vector<std::strin
     }
     return row[b.size()];
   };
-  std::string list, guess;
-  size_t best = 3;  // at most two edits away
-  for (const auto& k : known) {
-    list += (list.empty() ? "" : ", ") + k;
+  std::string guess;
+  size_t best = 3;
+  for (const auto& k : known)
     if (distance(word, k) < best) best = distance(word, k), guess = k;
-  }
+  return guess;
+}
+
+// "dp trian ...": the command that was meant, instead of CLI11's "A
+// subcommand is required".
+static int unknown_command(const std::string& word, const std::vector<std::string>& known) {
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  const std::string guess = closest(word, known);
   std::fprintf(stderr, "dp: unknown command '%s'%s; the commands: %s (dp --help)\n", word.c_str(),
                guess.empty() ? "" : (" (did you mean '" + guess + "'?)").c_str(), list.c_str());
   return dpcli::kUsage;
@@ -964,8 +972,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--max-steps", t.max_steps, "stop after this many optimizer steps of this run (0: no limit), without evaluating; a later --resume goes on")
       ->check(at_least(0));
   train_cmd->add_option("--lr-schedule", t.lr_schedule,
-                        "constant | cosine (annealed to 0 over all steps) | a schedule's type alone (its defaults) or JSON, per "
-                        "step: {\"type\": \"cosine_warmup\", \"warmup_steps\": 100}; types linear, step, exponential, multistep, "
+                        "constant | cosine (annealed to 0 over all steps) | linear (its defaults) | a schedule's JSON, per "
+                        "step: {\"type\": \"cosine_warmup\", \"warmup_steps\": 100} (step, exponential, multistep, "
+                        "cosine_warmup and onecycle have keys without defaults: step_size, gamma, milestones, "
+                        "warmup_steps, max_lr); types linear, step, exponential, multistep, "
                         "cosine, cosine_warmup, onecycle (PyTorch's OneCycleLR with cycle_momentum=False: dp does not "
                         "cycle momentum); T_max and total_steps default to the run's steps (dp.h, "
                         "dp_optimizer_set_lr_schedule)")
@@ -1078,11 +1088,24 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "dp: unknown option '%s' (did you mean '%s'?)\n", arg.c_str(), dashed.c_str());
         return kUsage;
       }
-      if ((arg == "--lr" || arg == "--learning-rate" || arg == "--momentum") && sub->get_option_no_throw("--optimizer")) {
+      if ((arg == "--lr" || arg == "--learning-rate" || arg == "--momentum" || arg == "--weight-decay" ||
+           arg == "--betas") &&
+          sub->get_option_no_throw("--optimizer")) {
         std::fprintf(stderr, "dp: unknown option '%s': the optimizer's settings go in --optimizer's JSON, e.g. "
-                     "--optimizer '{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}'\n", arg.c_str());
+                     "--optimizer '{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9, \"weight_decay\": 1e-4}'\n",
+                     arg.c_str());
         return kUsage;
       }
+      // A typo (--epoch), or PyTorch's name (--num-workers): the option meant, not CLI11's
+      // "The following arguments were not expected".
+      if (arg == "--") break;
+      std::vector<std::string> names;
+      for (const CLI::Option* opt : sub->get_options())
+        for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+      std::string guess = arg == "--num-workers" && sub->get_option_no_throw("--workers") ? "--workers" : closest(arg, names);
+      std::fprintf(stderr, "dp: unknown option '%s'%s (dp %s --help lists them)\n", arg.c_str(),
+                   guess.empty() ? "" : (" (did you mean '" + guess + "'?)").c_str(), argv[1]);
+      return kUsage;
     }
   }
   try {

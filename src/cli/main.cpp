@@ -48,10 +48,11 @@ static bool g_allow_tf32 = false;           // --allow-tf32
 static std::string g_precision = "fp32";    // --precision
 static bool g_allow_model_plugins = false;  // --allow-model-plugins
 static int64_t g_memory_limit = 0;          // --memory-limit
-static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths) {
+// `named`: how errors name each path ("--plugin ./x.so", or dp plugins' "plugin ./x.so").
+static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths, const char* named = "--plugin") {
   check(dp_context_set_option(ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, g_allow_model_plugins ? 1 : 0), "--allow-model-plugins");
   check(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, g_memory_limit), "--memory-limit");
-  for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), "--plugin " + p);
+  for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), std::string(named) + " " + p);
 }
 
 static volatile std::sig_atomic_t g_stop = 0;  // the signal that asked to stop (SIGINT, SIGTERM), or 0
@@ -858,7 +859,7 @@ static int plugins(const std::vector<std::string>& paths) {
   dp_context* c = nullptr;
   check(dp_context_create(&c), "context");
   Context ctx(c);
-  load_plugins(c, paths);
+  load_plugins(c, paths, "plugin");
   int n = 0;
   check(dp_context_num_plugins(c, &n), "plugins");
   if (n == 0) std::printf("no plugins loaded (name them: dp plugins PATH...; bare names are searched in DP_PLUGIN_PATH)\n");

@@ -19,12 +19,15 @@
  *   _last_split, dp_optimizer_create, _step, _copy_state, _set_state,
  *   dp_checkpoint_save and _load; so do the calls that read or write a
  *   model's values: dp_model_copy_parameters, _set_parameters,
- *   _copy_gradients, _copy_buffers, _set_buffers, and dp_group_create and
+ *   _copy_gradients, _copy_buffers, _set_buffers, _load_safetensors,
+ *   _save_safetensors, _save_weights, _export_onnx, and dp_group_create and
  *   _create_distributed. One made while another thread's runs on the same
  *   model fails with DP_ERR_INVALID_ARGUMENT rather than waiting or racing:
  *   "the group is in use by another thread's call" (the same group), "the
  *   model is in use by another thread's call" (a dp_model_* call), or "...
- *   through another group".)
+ *   through another group". In a process group the other ranks then wait in
+ *   their collective until DP_COMM_TIMEOUT: do not share a model between
+ *   threads there.)
  * - Lifetimes: a model must outlive its groups, a group its optimizers; a
  *   context must outlive everything created from it.
  */

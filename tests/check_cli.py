@@ -470,6 +470,8 @@ with tempfile.TemporaryDirectory() as tmp:
                         ('--frobnicate', "unknown option '--frobnicate' (dp train --help lists them)")]:
         r = run('train', 'mlp.json', given, '1')
         expect(r.returncode == 2 and said in r.stderr and 'not expected' not in r.stderr, f'{given}: {said}', r.stderr)
+    r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', '--odd.ckpt')  # a value that begins with --
+    expect(r.returncode == 0 and os.path.exists('--odd.ckpt'), 'an option value beginning with --', r.stderr)
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

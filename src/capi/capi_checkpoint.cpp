@@ -59,6 +59,7 @@ extern "C" {
 dp_status dp_model_load_safetensors(dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   dp::io::load_weights(*m->model, path);
   DP_GUARD_END
 }
@@ -66,6 +67,7 @@ dp_status dp_model_load_safetensors(dp_model* m, const char* path) {
 dp_status dp_model_save_safetensors(const dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   dp::io::save_weights(*m->model, path);
   DP_GUARD_END
 }
@@ -73,6 +75,7 @@ dp_status dp_model_save_safetensors(const dp_model* m, const char* path) {
 dp_status dp_model_save_weights(const dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   dp::io::save_weights(*m->model, path, /*with_batch_counts=*/true);
   DP_GUARD_END
 }
@@ -80,6 +83,7 @@ dp_status dp_model_save_weights(const dp_model* m, const char* path) {
 dp_status dp_model_export_onnx(const dp_model* m, const char* path) {
   DP_GUARD_BEGIN
   DP_CHECK_ARG(m && path, "m and path must not be NULL");
+  dp::ModelInUse in_use(m, m, __func__);
   dp::io::export_onnx(*m->model, path);
   DP_GUARD_END
 }

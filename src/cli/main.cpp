@@ -563,10 +563,11 @@ static int train(const TrainOptions& o) {
   // (eta_min 0); any schedule of dp_optimizer_set_lr_schedule, its length
   // the run's where left out. A function of the optimizer's steps, so a
   // resumed run follows the same curve.
+  // The run's optimizer steps: those before this epoch (as they ran), and
+  // this run's for the rest.
+  const int64_t total_steps = global_step - (batch + K - 1) / K + (o.epochs - epoch) * steps_per_epoch;
   if (schedule.is_object()) {
-    // The steps before this epoch (as they ran), and this run's for the rest.
-    const int64_t total = global_step - (batch + K - 1) / K + (o.epochs - epoch) * steps_per_epoch;
-    fill_schedule_length(schedule, std::max<int64_t>(1, total));
+    fill_schedule_length(schedule, std::max<int64_t>(1, total_steps));
     check(dp_optimizer_set_lr_schedule(opt.get(), schedule.dump().c_str()), "--lr-schedule");
   }
 
@@ -588,7 +589,7 @@ static int train(const TrainOptions& o) {
   Tensor x = empty_tensor(c, DP_F32), y = empty_tensor(c, DP_I64);
   chart.steps_per_epoch = steps_per_epoch;
   if (lead) {  // every step's loss is kept: room for this run's, so the loop does not grow it
-    int64_t left = std::max<int64_t>(0, o.epochs * steps_per_epoch - global_step);
+    int64_t left = std::max<int64_t>(0, total_steps - global_step);
     if (o.max_steps > 0) left = std::min(left, o.max_steps);
     chart.step_losses.reserve(chart.step_losses.size() + static_cast<size_t>(left));
   }
@@ -598,7 +599,7 @@ static int train(const TrainOptions& o) {
   const int64_t first_epoch = epoch;  // this run's: last_loss and last_eval are set once one ends
   int64_t samples = 0, epochs_done = epoch;
   EvalResult last_eval;
-  bool interrupted = false, step_limit = false;
+  bool interrupted = false, step_limit = false, saved_at_stop = false;
   int64_t steps_run = 0;
   // Ctrl-C: alone, stop after this step; in a process group, ask the others,
   // and stop when they have all learnt of it (after the same step on every
@@ -687,11 +688,13 @@ static int train(const TrainOptions& o) {
     evaluated(last_eval, double(epoch + 1));
     save();
     // Ctrl-C during the epoch's evaluation or save: stop here, at the epoch's
-    // end (the checkpoint just written), not after the next epoch's first step.
-    if (epoch + 1 < o.epochs && stop_now()) interrupted = true;
+    // end (the checkpoint just written), not after the next epoch's first
+    // step. (In a process group a request is agreed at the next collective:
+    // one made during the save stops after the next step, on every process.)
+    if (epoch + 1 < o.epochs && stop_now()) interrupted = saved_at_stop = true;
   }
+  if ((interrupted || step_limit) && !saved_at_stop) save();
   if (interrupted || step_limit) {
-    save();
     if (lead)
       progress.line(std::string(!interrupted          ? "dp: stopped after --max-steps"
                                 : g_stop == SIGTERM ? "dp: stopped by SIGTERM"
@@ -728,7 +731,10 @@ static int train(const TrainOptions& o) {
               (long long)epochs_done, (long long)global_step, json_num(samples / std::max(train_seconds, 1e-9)).c_str(),
               json_num(now_seconds() - start).c_str(), global_devices, world, interrupted ? "true" : "false",
               best_json.c_str());
-  if (!late_error.empty()) throw Failure(kRuntime, late_error);
+  if (!late_error.empty()) {
+    if (!interrupted) throw Failure(kRuntime, late_error);
+    std::fprintf(stderr, "dp: %s\n", late_error.c_str());  // the signal's exit status stays
+  }
   return interrupted ? stopped_code : kOk;
 }
 
@@ -1081,8 +1087,12 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg.compare(0, 2, "--") != 0) continue;
+      const bool has_value = arg.find('=') != std::string::npos;
       arg = arg.substr(0, arg.find('='));
-      if (sub->get_option_no_throw(arg)) continue;
+      if (const CLI::Option* known = sub->get_option_no_throw(arg)) {
+        if (!has_value && known->get_expected_min() > 0) ++i;  // its value may begin with "--" (--log --run.jsonl)
+        continue;
+      }
       std::string dashed = arg;
       std::replace(dashed.begin() + 2, dashed.end(), '_', '-');
       if (dashed != arg && sub->get_option_no_throw(dashed)) {
@@ -1129,8 +1139,12 @@ int main(int argc, char** argv) {
                                   : devices();
     // The result is stdout's last line: a run whose result could not be
     // written (a closed pipe, a full disk) did not succeed.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout))
-      throw Failure(kRuntime, std::string("cannot write the result to stdout (") + std::strerror(errno) + ")");
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    const int why = errno;
+    if (!flushed || std::ferror(stdout))
+      throw Failure(kRuntime, std::string("cannot write the result to stdout") +
+                                  (why ? std::string(" (") + std::strerror(why) + ")" : std::string()));
     return rc;
   } catch (const Failure& f) {
     std::fprintf(stderr, "%sdp%s: %s\n", fresh_line, g_rank >= 0 ? (" (rank " + std::to_string(g_rank) + ")").c_str() : "", f.what());

@@ -98,8 +98,8 @@ class Group {
   void run(Job job, bool training, const Tensor* input, const Tensor* target, const Tensor* grad_output, Tensor* output,
            Optimizer* opt = nullptr, double loss_scale = 1.0);
   // The replicas' training statistics folded into the model's buffers. A
-  // layer whose merge fails (a plugin's merge_stats threw) is left as it was
-  // and the others are merged; its error is returned, for the caller to raise
+  // layer whose merge fails (a plugin's merge_stats threw) holds what it
+  // wrote before failing, and the others are merged; its error is returned, for the caller to raise
   // (with raise_merge_failure) once the call's work is done: in a training
   // step the update is already under way when the statistics merge.
   std::exception_ptr merge_stats();

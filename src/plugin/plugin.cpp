@@ -70,8 +70,9 @@ namespace {
 struct RunHost {
   LayerIO* io;
   const RunCtx* ctx;
-  // What a parallel_for function threw (parallel_for returns nothing): the
-  // forward or backward that called it fails with it.
+  // Whether, and what, a parallel_for function threw (parallel_for returns
+  // nothing): the forward or backward that called it fails with it.
+  bool threw = false;
   std::string thrown;
 };
 
@@ -238,7 +239,10 @@ int h_declare_buffer(dp_plugin_build* b, const char* suffix, int32_t ndim, const
 int h_declare_stats(dp_plugin_build* b, int64_t count) {
   if (!b) return 1;
   if (count < 0) {
-    copy_message(b->error, ("declare_stats: count must be >= 0, got " + std::to_string(count)).c_str());
+    try {
+      b->error = "declare_stats: count must be >= 0, got " + std::to_string(count);
+    } catch (...) {
+    }
     return 1;
   }
   *b->stats = count;
@@ -271,9 +275,9 @@ void h_parallel_for(const dp_plugin_run* run, int64_t n, int64_t grain, void (*f
   try {
     parallel_for(pool, n, grain, [&](int64_t b, int64_t e) { fn(user, b, e); });
   } catch (const std::exception& e) {
-    if (host && host->thrown.empty()) copy_message(host->thrown, e.what());
+    if (host && !host->threw) host->threw = true, copy_message(host->thrown, e.what());
   } catch (...) {
-    if (host && host->thrown.empty()) copy_message(host->thrown, "an exception that is not a std::exception");
+    if (host && !host->threw) host->threw = true, copy_message(host->thrown, "an exception that is not a std::exception");
   }
 }
 
@@ -500,7 +504,7 @@ class PluginLayer : public Layer {
     return p;
   }
   void call(dp_plugin_run_fn fn, const char* what, const RunCtx& ctx, LayerIO& io, const dp_plugin_io& pio) const {
-    RunHost host{&io, &ctx, {}};
+    RunHost host{&io, &ctx, false, {}};
     dp_plugin_run run;
     std::memset(&run, 0, sizeof run);
     run.struct_size = sizeof run;
@@ -521,7 +525,9 @@ class PluginLayer : public Layer {
     err[0] = 0;
     auto on = [&] { return where() + (ctx.cuda ? "CUDA " : ""); };
     int rc = guarded(on, what, [&] { return fn(instance_, &run, &pio, err, sizeof err); });
-    if (!host.thrown.empty()) fail(DP_ERR_PLUGIN, on() + what + ": a parallel_for function threw: " + host.thrown);
+    if (host.threw)
+      fail(DP_ERR_PLUGIN, on() + what + ": a parallel_for function threw: " +
+                              (host.thrown.empty() ? std::string("(no message)") : host.thrown));
     if (rc != 0) fail(DP_ERR_PLUGIN, on() + what + " failed: " + message(err, "error"));
   }
 

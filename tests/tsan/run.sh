@@ -24,20 +24,31 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 
 # Only what the tests below run: their executables, the plugins and fixtures
-# test_plugins loads, and the dp command dist_launch starts.
-targets='tests/test_capi tests/test_equivalence tests/test_faults tests/test_training_knobs
+# test_plugins loads (every shared module under plugins/ and tests/plugins/,
+# read from meson's introspection so that a new fixture is never left out),
+# and the dp command dist_launch starts.
+modules=$(meson introspect --targets "$build" | python3 -c '
+import json, os, sys
+build = sys.argv[1]
+for t in json.load(sys.stdin):
+    if t["type"] != "shared module":
+        continue
+    for f in t["filename"]:
+        rel = os.path.relpath(f, build)
+        if rel.startswith(("plugins/", "tests/plugins/")):
+            print(rel)
+' "$build")
+if [ -z "$modules" ]; then
+  echo "$0: meson introspect listed no plugin modules in $build" >&2
+  exit 1
+fi
+targets="tests/test_capi tests/test_equivalence tests/test_faults tests/test_training_knobs
   tests/data/test_data
-  plugins/swish.so plugins/shape_probe.so plugins/rms_norm.so
-  tests/plugins/fixture_no_init.so tests/plugins/fixture_wrong_version.so
-  tests/plugins/fixture_init_fails.so tests/plugins/fixture_dup_builtin.so
-  tests/plugins/fixture_dup_swish.so tests/plugins/fixture_fails_forward.so
-  tests/plugins/fixture_plugin_relu.so tests/plugins/fixture_prelu.so tests/plugins/fixture_bad_name.so
-  tests/plugins/fixture_v2_relu.so tests/plugins/fixture_v1_device_impls.so
-  tests/plugins/fixture_v2_half_impls.so tests/plugins/fixture_v2_small_impls.so
+  $modules
   tests/plugins/test_plugins
   tests/engine/test_local_comm tests/engine/test_model_sync
   tests/dist/test_dist_store tests/dist/test_dist_gloo tests/dist/test_dist_train
-  src/cli/dp'
+  src/cli/dp"
 tests='capi equivalence faults training_knobs data plugins local_comm model_sync dist_store dist_gloo dist_train dist_launch'
 
 # shellcheck disable=SC2086

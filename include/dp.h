@@ -106,7 +106,8 @@ typedef enum dp_context_option {
    * ({"plugins": ["./swish.so"]}). 0 (default): a model file is data and
    * loads no code of its own choosing: its "plugins" may name libraries the
    * program already loaded (dp_context_load_plugin) or bare names found in
-   * a DP_PLUGIN_PATH directory; anything else is DP_ERR_PLUGIN. */
+   * a DP_PLUGIN_PATH directory or dp's own plugin folder (below); anything
+   * else is DP_ERR_PLUGIN. */
   DP_CONTEXT_ALLOW_MODEL_PLUGINS = 1
 } dp_context_option;
 /* Sets a context option (DP_ERR_INVALID_ARGUMENT for an unknown option or
@@ -119,9 +120,11 @@ DP_API dp_status dp_context_set_option(dp_context* ctx, dp_context_option option
  * registers its layer types for the models built from this context. path
  * with a '/' is a file path (relative to the current directory); a bare name
  * ("swish") is searched in the directories of DP_PLUGIN_PATH (colon-
- * separated; as given, then name.so, then libname.so), then in the current
- * directory. A model's JSON may list plugins too, {"plugins": ["swish"]}: by
- * default only libraries already loaded or bare names in DP_PLUGIN_PATH;
+ * separated; as given, then name.so, then libname.so), then in dp's own
+ * plugin folder, <folder of libdp.so>/dp/plugins (pkg-config's plugindir
+ * once installed), then in the current directory. A model's JSON may list
+ * plugins too, {"plugins": ["swish"]}: by default only libraries already
+ * loaded or bare names in DP_PLUGIN_PATH or dp's plugin folder;
  * paths ("./swish.so", relative to the model file for dp_model_from_file)
  * only with DP_CONTEXT_ALLOW_MODEL_PLUGINS. Loading a library
  * already loaded is a no-op. DP_ERR_PLUGIN, with nothing registered and the

@@ -124,7 +124,7 @@ dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, d
       const int64_t size = o.is_object() ? o.value("batch_size", int64_t(0)) : 0;
       if (size <= 0) fail(DP_ERR_IO, std::string(path) + ": __metadata__ 'loader_order' is not dp's: " + p.order);
       const int64_t n = o.value("samples", int64_t(0));
-      const int64_t saved_batches = o.value("drop_last", false) ? n / size : (n + size - 1) / size;
+      const int64_t saved_batches = dp::Loader::batches_per_epoch(n, size, o.value("drop_last", false));
       if (p.batch >= saved_batches)
         batch = loader->loader->num_batches();
       else if (p.batch > 0)

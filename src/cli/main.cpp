@@ -868,7 +868,7 @@ static int plugins(const std::vector<std::string>& paths) {
   load_plugins(c, paths, "plugin");
   int n = 0;
   check(dp_context_num_plugins(c, &n), "plugins");
-  if (n == 0) std::printf("no plugins loaded (name them: dp plugins PATH...; bare names are searched in DP_PLUGIN_PATH)\n");
+  if (n == 0) std::printf("no plugins loaded (name them: dp plugins PATH...; bare names are searched in DP_PLUGIN_PATH, then dp's plugin folder)\n");
   for (int i = 0; i < n; ++i) {
     const char *path = nullptr, *types = nullptr;
     check(dp_context_plugin_info(c, i, &path, &types), "plugins");
@@ -1052,13 +1052,13 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> p_paths;
   auto* plugins_cmd = app.add_subcommand("plugins", "load plugins and list the layer types they register");
-  plugins_cmd->add_option("paths", p_paths, "plugin files or names (DP_PLUGIN_PATH)");
+  plugins_cmd->add_option("paths", p_paths, "plugin files or names (searched in DP_PLUGIN_PATH, then dp's plugin folder)");
   for (auto* cmd : {train_cmd, eval_cmd, bench_cmd, export_cmd}) {
-    cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path or a name in DP_PLUGIN_PATH)")
+    cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path, or a name in DP_PLUGIN_PATH or dp's plugin folder)")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     cmd->add_flag("--allow-model-plugins", g_allow_model_plugins,
                   "let the model's JSON load plugin libraries it names by path (by default it may use plugins already "
-                  "loaded with --plugin, or bare names in DP_PLUGIN_PATH)");
+                  "loaded with --plugin, or bare names in DP_PLUGIN_PATH or dp's plugin folder)");
     cmd->add_option("--memory-limit", g_memory_limit,
                     "bytes the model, its optimizer and batches may take (e.g. 8GB; default: the machine's available memory)")
         ->transform(CLI::AsSizeValue(true));

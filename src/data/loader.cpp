@@ -13,8 +13,7 @@ namespace dp {
 Loader::Loader(std::shared_ptr<const Dataset> ds, std::shared_ptr<const Transform> transform, const LoaderConfig& cfg)
     : ds_(std::move(ds)), transform_(std::move(transform)), cfg_(cfg) {
   length_ = ds_->length();
-  // drop_last as PyTorch: floor(n / B) batches, else ceil(n / B), the last short.
-  num_batches_ = cfg_.drop_last ? length_ / cfg_.batch_size : (length_ + cfg_.batch_size - 1) / cfg_.batch_size;
+  num_batches_ = batches_per_epoch(length_, cfg_.batch_size, cfg_.drop_last);
   sample_shape_ = transform_ ? transform_->output_shape() : ds_->sample_shape();
   target_shape_ = ds_->target_shape();
 

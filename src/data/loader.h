@@ -65,6 +65,11 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   int64_t num_batches() const { return num_batches_; }
+  // Batches an epoch of `samples` makes, as PyTorch's DataLoader: floor(n / B)
+  // with drop_last, else ceil(n / B), the last one short.
+  static int64_t batches_per_epoch(int64_t samples, int64_t batch_size, bool drop_last) {
+    return samples / batch_size + (!drop_last && samples % batch_size > 0 ? 1 : 0);  // no overflow
+  }
   // The next batch, swapped into input and target (resized to [rows, ...];
   // sharded: to this process's rows of it, and the global batch's rows are
   // returned), or 0 rows at the end of an epoch (the tensors are then resized to 0

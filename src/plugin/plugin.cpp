@@ -550,6 +550,19 @@ std::string join(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
+std::string installed_plugin_dir() {
+  // <libdir>/dp/plugins, libdir being the folder this library was loaded
+  // from: pkg-config's plugindir for an installed dp, wherever it was moved.
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&installed_plugin_dir), &info) || !info.dli_fname) return "";
+  char real[PATH_MAX];
+  if (!realpath(info.dli_fname, real)) return "";
+  std::string lib = real;
+  const size_t slash = lib.rfind('/');
+  if (slash == std::string::npos) return "";
+  return lib.substr(0, slash) + "/dp/plugins";
+}
+
 std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried, bool search_base) {
   std::vector<std::string> candidates;
   if (entry.find('/') != std::string::npos) {
@@ -566,6 +579,8 @@ std::string resolve_plugin_path(const std::string& entry, const std::string& bas
         pos = c + 1;
       }
     }
+    const std::string installed = installed_plugin_dir();
+    if (!installed.empty()) dirs.push_back(installed);
     if (search_base) dirs.push_back(base_dir.empty() ? "." : base_dir);
     for (const auto& d : dirs)
       for (const std::string& n : {entry, entry + ".so", "lib" + entry + ".so"}) candidates.push_back(join(d, n));
@@ -589,10 +604,9 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
       if (file == entry || file == entry + ".so" || file == "lib" + entry + ".so") return;
     }
   if (found.empty())
-    fail(DP_ERR_PLUGIN, "plugin '" + entry + "' not found (looked for: " + (tried.empty() ? "DP_PLUGIN_PATH is not set" : tried) +
-                            "; bare names are searched in DP_PLUGIN_PATH" +
-                            (trust == Trust::kInstalledOnly && !by_path ? " only, for a model's \"plugins\"" : "") +
-                            "; an installed dp's plugins are in `pkg-config --variable=plugindir dp`)");
+    fail(DP_ERR_PLUGIN, "plugin '" + entry + "' not found (looked for: " + (tried.empty() ? "nowhere: DP_PLUGIN_PATH is not set" : tried) +
+                            "; bare names are searched in DP_PLUGIN_PATH, then in dp's own plugin folder" +
+                            (trust == Trust::kInstalledOnly && !by_path ? " only, for a model's \"plugins\"" : "") + ")");
   char real[PATH_MAX];
   std::string path = realpath(found.c_str(), real) ? std::string(real) : found;
   for (const auto& lib : libs_)

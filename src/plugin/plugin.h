@@ -30,7 +30,7 @@ class Plugins {
   // all or nothing. entry with a '/' is a path, relative to base_dir ("" =
   // the current directory); a bare name is searched in DP_PLUGIN_PATH
   // (colon-separated directories; as given, then <name>.so, then
-  // lib<name>.so), then in base_dir. Loading a library already loaded is a
+  // lib<name>.so), then in installed_plugin_dir(), then in base_dir. Loading a library already loaded is a
   // no-op. Throws DP_ERR_PLUGIN (and registers nothing) when the file is
   // missing or not loadable, lacks dp_plugin_init, asks for a host API
   // version this host lacks, registers a type name already known, or its
@@ -38,7 +38,7 @@ class Plugins {
   //
   // Trust: kAny for the program's own calls; kInstalledOnly for a model's
   // "plugins" list (a model file is data): a bare name is searched in
-  // DP_PLUGIN_PATH only, and a path loads nothing new (a library already
+  // DP_PLUGIN_PATH and installed_plugin_dir() only, and a path loads nothing new (a library already
   // loaded is still a no-op) unless the program allowed it (kAny).
   enum class Trust { kAny, kInstalledOnly };
   void load(Registry& registry, const std::string& entry, const std::string& base_dir, Trust trust = Trust::kAny);
@@ -51,9 +51,14 @@ class Plugins {
   std::map<std::string, std::string> origin_;  // plugin type -> library path
 };
 
+// The plugins installed with this library: <folder of libdp.so>/dp/plugins,
+// which is pkg-config's plugindir once dp is installed ("" if unknown). In a
+// build tree it names a folder that does not exist.
+std::string installed_plugin_dir();
+
 // Where load() would look for entry: the file it finds, or "" (with the
 // places tried in *tried). search_base: a bare name is also looked for in
-// base_dir, after DP_PLUGIN_PATH.
+// base_dir, after DP_PLUGIN_PATH and installed_plugin_dir().
 std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried,
                                 bool search_base = true);
 

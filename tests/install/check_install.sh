@@ -48,5 +48,6 @@ LD_LIBRARY_PATH="$libdir" "$tmp/test_c_api"
 
 # shellcheck disable=SC2086
 $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror -o "$tmp/use_dp" "$src/tests/install/use_dp.cpp" $flags
-LD_LIBRARY_PATH="$libdir" "$tmp/use_dp" "$plugindir"
+# DP_PLUGIN_PATH unset: bare plugin names must be found in the installed plugindir.
+env -u DP_PLUGIN_PATH LD_LIBRARY_PATH="$libdir" "$tmp/use_dp" "$plugindir"
 echo "installed copy OK"

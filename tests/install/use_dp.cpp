@@ -1,6 +1,8 @@
 // Built by check_install.sh against the installed copy only (dp.hpp, dp.h,
 // libdp.so and a plugin, all found through pkg-config): trains a model that
-// uses the installed swish plugin and prints the loss going down.
+// uses the installed swish plugin and prints the loss going down. Then, with
+// DP_PLUGIN_PATH unset, the installed plugins load by bare name, from the
+// program and from a model file's "plugins", found next to libdp.so.
 #include <dp.hpp>
 
 #include <cstdio>
@@ -35,7 +37,16 @@ int main(int argc, char** argv) {
     float first = group.train_step(opt, x, y), last = first;
     for (int step = 0; step < 50; ++step) last = group.train_step(opt, x, y);
     std::printf("dp %s: loss %.4f -> %.4f\n", dp::version().c_str(), first, last);
-    return last < first ? 0 : 1;
+    if (!(last < first)) return 1;
+
+    // Bare names: dp's own plugin folder is searched without DP_PLUGIN_PATH.
+    dp::Context bare;
+    bare.load_plugin("rms_norm");
+    dp::Model m2 = dp::Model::from_json(bare,
+        R"({"plugins": ["swish"], "input": {"shape": [4]},
+            "layers": [{"type": "rms_norm", "normalized_shape": 4}, {"type": "swish"}]})");
+    std::printf("bare names rms_norm and swish (model \"plugins\") loaded from dp's plugin folder\n");
+    return 0;
   } catch (const dp::Error& e) {
     std::fprintf(stderr, "%s: %s\n", e.status_name(), e.what());
     return 1;

@@ -390,9 +390,11 @@ TEST_CASE("plugins: a model file loads no code unless allowed: \"plugins\" by pa
                    "DP_CONTEXT_ALLOW_MODEL_PLUGINS", "--allow-model-plugins"});
     CHECK(c.count() == 0);
     CHECK(m == nullptr);
-    // A bare name is looked for in DP_PLUGIN_PATH only, not next to the model.
+    // A bare name is looked for in DP_PLUGIN_PATH and dp's own plugin folder
+    // (<folder of libdp.so>/dp/plugins: none in a build tree; an installed
+    // copy's is tested by tests/install/use_dp.cpp), not next to the model.
     require_error(dp_model_from_file(c.ctx, bare.c_str(), &m), DP_ERR_PLUGIN,
-                  {"/plugins/0: plugin 'swish' not found", "DP_PLUGIN_PATH is not set"});
+                  {"/plugins/0: plugin 'swish' not found", "/dp/plugins/swish.so", "dp's own plugin folder"});
     setenv("DP_PLUGIN_PATH", (dir / "sub" / "libs").c_str(), 1);
     DP_REQUIRE_OK(dp_model_from_file(c.ctx, bare.c_str(), &m));
     dp_model_destroy(m);

@@ -68,7 +68,8 @@ class Context:
 
     def load_plugin(self, path):
         """Loads a layer plugin (dp_context_load_plugin): a path with '/', or a
-        bare name searched in DP_PLUGIN_PATH."""
+        bare name searched in DP_PLUGIN_PATH, then in dp's own plugin folder
+        (<folder of libdp.so>/dp/plugins), then in the current folder."""
         _check(_lib.context_load_plugin(self._h, _path(path, 'load_plugin: path')))
         return self
 

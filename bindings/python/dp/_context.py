@@ -6,7 +6,7 @@ import threading
 from . import _lib
 from ._errors import _check
 from ._errors import ArgumentTypeError
-from ._util import _INT32, _destroy, _int, _path, _text
+from ._util import _INT32, _Owner, _destroy, _int, _path, _text
 
 
 def version():
@@ -39,9 +39,10 @@ def device_name(kind, index):
     return name.value.decode()
 
 
-class Context:
+class Context(_Owner):
     """Holds the layer registry and loaded plugins. Everything made from a
     context keeps it alive (a reference), so it is freed last."""
+    _copy_hint = 'share the one context (everything made from it keeps it alive), or make another with dp.Context()'
 
     def __init__(self, memory_limit=0, allow_model_plugins=False):
         """memory_limit: bytes a model, its groups, optimizers and batches may

@@ -14,10 +14,10 @@ from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentErro
                       _check)
 from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
-from ._util import _integer_inputs, _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
+from ._util import _Owner, _integer_inputs, _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
-def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
+def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts):
     np = _np()
     n_in = math.prod(sample_shape)
     n_t = math.prod(target_shape)
@@ -50,6 +50,8 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
                 ctypes.memmove(tgt, ya.ctypes.data, n_t * 4)
             return 0
         except BaseException as e:  # noqa: B902 (reported through the batch, as PyTorch does)
+            if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: not the batch's fault
+                interrupts.append(e)  # DataLoader.next_batch raises it in place of the batch's dp.Error
             msg = f'{type(e).__name__}: {e}'.encode('utf-8', 'replace')[:max(int(cap) - 1, 0)]
             if cap:
                 ctypes.memmove(err, msg + b'\0', len(msg) + 1)
@@ -57,10 +59,11 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape):
     return get_item
 
 
-class Dataset:
+class Dataset(_Owner):
     """Samples of a float32 input of fixed shape and a target (an int64
     class index, or float32 values). Make one with from_idx, from_cifar10,
     from_arrays or from_callback; FashionMNIST() opens Debian's copy."""
+    _copy_hint = 'share it (loaders only read it), or open it again'
 
     def __init__(self, *a, **k):
         raise ArgumentTypeError('make datasets with Dataset.from_idx, from_cifar10, from_arrays or from_callback '
@@ -131,7 +134,9 @@ class Dataset:
         map-style torch Dataset's __getitem__. It runs on the loader's worker
         threads (holding the GIL, so Python callbacks do not run in parallel:
         num_workers > 0 still overlaps them with training); an exception fails
-        that batch with its message, as PyTorch does."""
+        that batch with its message, as PyTorch does. KeyboardInterrupt and
+        SystemExit (Ctrl-C while get_item runs) are not a batch's failure:
+        the loader's next_batch (or the loop over it) raises them as they were."""
         c = _ctx(ctx)
         if not callable(get_item):
             raise ArgumentTypeError(f'from_callback: get_item must be callable (index -> (input, target)), '
@@ -139,13 +144,16 @@ class Dataset:
         target_dtype = _dtype_name(target_dtype) or 'int64'
         nd, shp = _shape_in(sample_shape, 'from_callback: sample_shape')
         tnd, tshp = _shape_in(target_shape, 'from_callback: target_shape')
-        fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(shp[:nd]), target_dtype, tuple(tshp[:tnd])))
+        interrupts = []
+        fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(shp[:nd]), target_dtype, tuple(tshp[:tnd]), interrupts))
         cb = _lib.DatasetCallbacks(ctypes.sizeof(_lib.DatasetCallbacks), None, _int(length, 'from_callback: length'),
                                    fn, _lib.RELEASE_FN())
         h = ctypes.c_void_p()
         _check(_lib.dataset_from_callbacks(c._h, ctypes.byref(cb), nd, shp, _CODES[target_dtype], tnd, tshp,
                                            ctypes.byref(h)))
-        return cls._wrap(h, c, keep=(fn, get_item))
+        ds = cls._wrap(h, c, keep=(fn, get_item))
+        ds._interrupts = interrupts
+        return ds
 
     def __len__(self):
         n = ctypes.c_int64()
@@ -194,7 +202,7 @@ def _stop_loaders():
         ld.close()
 
 
-class DataLoader:
+class DataLoader(_Owner):
     """Shuffled batches assembled ahead by worker threads, with PyTorch's
     names and defaults. Iterating runs one epoch and yields (x, y) dp
     tensors: x float32 [rows, ...], y the targets. Two pairs of tensors take
@@ -220,6 +228,7 @@ class DataLoader:
     and unpinned batches, as PyTorch's). persistent_workers: accepted, as
     PyTorch's True is what dp's worker threads always do (they live as long as
     the loader, across epochs); True with num_workers=0 is refused, as there."""
+    _copy_hint = 'make another DataLoader with the same arguments (same seed: the same order)'
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, num_workers=0, prefetch=2, seed=0,
                  reuse_buffers=True, shard=None, pin_memory=False, prefetch_factor=None, persistent_workers=False):
@@ -323,7 +332,15 @@ class DataLoader:
         if not self._reusable(x, y):
             x, y = self._fresh()
         rows = ctypes.c_int64()
-        _check(_lib.loader_next(self._handle(), x._h, y._h, ctypes.byref(rows)))
+        try:
+            _check(_lib.loader_next(self._handle(), x._h, y._h, ctypes.byref(rows)))
+        except Error:
+            interrupts = getattr(self.dataset, '_interrupts', None)
+            if interrupts:  # Ctrl-C in get_item: the user's stop, not a failed batch to skip
+                first = interrupts[0]
+                interrupts.clear()
+                raise first
+            raise
         if not rows.value:
             self._spare = (x, y)  # the end-of-epoch fill stays in the spare pair
             return None

@@ -26,7 +26,7 @@ from . import _lib
 from ._context import device_count
 from ._errors import ArgumentTypeError, ClosedError, InvalidArgumentError, UnsupportedError, _check
 from ._model import DataParallel, Model, _device_text, _devices
-from ._util import _converting, _destroy, _dumps, _handle
+from ._util import _Owner, _converting, _destroy, _dumps, _handle
 
 
 def _int_key(name, value):
@@ -101,7 +101,7 @@ def _config(init_method, timeout, world_size, rank, local_rank, master_addr, mas
     return cfg
 
 
-class ProcessGroup:
+class ProcessGroup(_Owner):
     """The processes that train one model together (dp_process_group), as
     torch.distributed's ProcessGroup. Creating one is collective: it returns
     once every process has joined. config: a dict (or JSON text) with any of
@@ -110,6 +110,7 @@ class ProcessGroup:
     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; mpirun's; srun's),
     and with none a world of one process. Most programs use
     dp.init_process_group instead, which keeps one as the default group."""
+    _copy_hint = 'a process has one group per set of processes: pass this one'
 
     def __init__(self, config=None):
         if 'dp_process_group_create' in _lib.missing:

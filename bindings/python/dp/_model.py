@@ -9,9 +9,10 @@ import os
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnknownKeyError, UnsupportedError, _check
+from ._errors import (ArgumentTypeError, Error, InvalidArgumentError, ModelError, StateDictError, UnknownKeyError,
+                      UnsupportedError, _check)
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import (_INT64, _as_f32, _converting, _integer_inputs, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+from ._util import (_INT64, _Owner, _as_f32, _converting, _integer_inputs, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
 
 _NBT = 'num_batches_tracked'
@@ -87,15 +88,28 @@ def _spec_dict(spec):
         return None
 
 
+def _abspath(p, what):
+    """A model file's path made absolute, so that a copy built later finds it
+    after a chdir."""
+    return os.fsencode(os.path.abspath(os.fsdecode(_path(p, what))))
+
+
 def _json_utf8(spec):
     text = _json_text(spec, 'model JSON')
     with _converting('model JSON'):
         return text.encode()
 
 
-class Model:
+class Model(_Owner):
     """A model built from JSON (docs/model-format.md): a dict, JSON text, or
-    a file path (str or os.PathLike; plugin paths in it are relative to it)."""
+    a file path (str or os.PathLike; plugin paths in it are relative to it).
+
+    copy.deepcopy(model) is an independent model with the same weights and
+    buffers (gradients start at zero), as for an EMA or best-so-far copy;
+    copy.copy and pickle are refused (save weights with save_weights or
+    state_dict)."""
+    _copy_hint = ('copy.deepcopy(model) makes an independent model with the same weights; to store one, '
+                  'save_weights(path) or state_dict()')
 
     def __init__(self, spec, ctx=None):
         c = _ctx(ctx)
@@ -108,6 +122,8 @@ class Model:
             raise ArgumentTypeError(f'dp.Model takes a dict, JSON text or the path of a JSON file, '
                                     f'not {type(spec).__name__}')
         self._h, self._ctx, self._spec = h, c, _spec_dict(spec)
+        self._source = ('json', _json_utf8(spec)) if isinstance(spec, (dict, list)) or _is_json_text(spec) else \
+            ('file', _abspath(spec, 'dp.Model: path'))
 
     @classmethod
     def from_json(cls, text, ctx=None):
@@ -116,6 +132,7 @@ class Model:
         h = ctypes.c_void_p()
         _check(_lib.model_from_json(c._h, _json_utf8(text), ctypes.byref(h)))
         m._h, m._ctx, m._spec = h, c, _spec_dict(text)
+        m._source = ('json', _json_utf8(text))
         return m
 
     @classmethod
@@ -125,6 +142,27 @@ class Model:
         h = ctypes.c_void_p()
         _check(_lib.model_from_file(c._h, _path(path, 'Model.from_file: path'), ctypes.byref(h)))
         m._h, m._ctx, m._spec = h, c, _spec_dict(path)
+        m._source = ('file', _abspath(path, 'Model.from_file: path'))
+        return m
+
+    def __deepcopy__(self, memo):
+        """An independent model: built again from the same JSON (the same file,
+        read again: its plugins are already loaded), in the same context, then
+        given this model's parameters and buffers. Gradients start at zero."""
+        kind, source = self._source
+        h = ctypes.c_void_p()
+        build = _lib.model_from_json if kind == 'json' else _lib.model_from_file
+        _check(build(self._ctx._h, source, ctypes.byref(h)))
+        m = object.__new__(type(self))
+        m._h, m._ctx, m._spec, m._source = h, self._ctx, self._spec, self._source
+        try:
+            m.set_parameters(self.parameters())
+            m.set_buffers(self.buffers())
+        except Error as e:  # the file changed since this model was built from it
+            where = os.fsdecode(source) if kind == 'file' else 'its JSON'
+            raise ModelError(f'copy.deepcopy(model): the copy, built again from {where}, does not take this '
+                             f'model\'s weights (was the file changed?): {e}') from e
+        memo[id(self)] = m
         return m
 
     def __repr__(self):
@@ -392,10 +430,11 @@ def _device_text(devices):
         return text.encode()
 
 
-class DataParallel:
+class DataParallel(_Owner):
     """nn.DataParallel over a list of devices: "auto" (one CPU device per
     core), "cpu:0,cpu:1", a list of names, or a count. Calling it runs the
     forward pass (scatter, parallel replicas, gather)."""
+    _copy_hint = 'copy.deepcopy(dp_model.module) and wrap the copy in a new dp.DataParallel'
 
     def __init__(self, model, devices=None, device_ids=None):
         devices = _either_devices('DataParallel', devices, device_ids)

@@ -7,12 +7,13 @@ import math
 from . import _lib
 from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnsupportedError, _check
 from ._model import DataParallel
-from ._util import _as_f32, _converting, _destroy, _dumps, _float, _handle, _json_text, _np
+from ._util import _Owner, _as_f32, _converting, _destroy, _dumps, _float, _handle, _json_text, _np
 
 
-class Optimizer:
+class Optimizer(_Owner):
     """An optimizer over a group's model from a config (dict or JSON):
     {"type": "sgd" | "adam" | "adamw", "lr": ..., ...} with PyTorch's names."""
+    _copy_hint = 'make another optimizer and load_state_dict(opt.state_dict()) into it'
 
     def __init__(self, group, config):
         g = _handle(group, DataParallel, 'Optimizer: group (the model to train: a DataParallel)')

@@ -9,7 +9,7 @@ from . import _dlpack
 from . import _lib
 from ._context import _ctx
 from ._errors import ArgumentTypeError, DLPackError, InvalidArgumentError, ShapeError, UnsupportedError, _check
-from ._util import _converting, _destroy, _np, _np_or_none, _shape_in, _shape_out
+from ._util import _Owner, _converting, _destroy, _np, _np_or_none, _shape_in, _shape_out
 
 HAVE_ZERO_COPY = not ({'dp_tensor_from_host_borrowed', 'dp_tensor_data'} & set(_lib.missing))
 
@@ -54,7 +54,7 @@ class _Export:
         return self._iface
 
 
-class Tensor:
+class Tensor(_Owner):
     """A dense row-major host tensor (float32 or int64) owned by libdp, or a
     borrowed view of the caller's memory (dp.from_numpy, dp.from_dlpack).
 
@@ -196,6 +196,20 @@ class Tensor:
     def clone(self):
         """An owned copy."""
         return tensor(self.numpy(copy=True), ctx=self._ctx)
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy: an owned copy (clone)."""
+        t = self.clone()
+        memo[id(self)] = t
+        return t
+
+    def __copy__(self):
+        """copy.copy: another dp.Tensor viewing the same elements (as a copy.copy
+        of a torch tensor shares its storage); it keeps this one alive."""
+        if not HAVE_ZERO_COPY:
+            raise UnsupportedError(f'copy.copy of a dp.Tensor needs dp_tensor_data, which {_lib.path} lacks: '
+                                   'use copy.deepcopy or clone()')
+        return from_numpy(self.numpy(), ctx=self._ctx)
 
     # -- DLPack out
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):

@@ -8,7 +8,7 @@ import os
 
 from . import _lib
 from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentError, JSONError,
-                      MissingDependencyError, _check)
+                      MissingDependencyError, UnsupportedError, _check)
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -154,6 +154,29 @@ def _json_text(spec, what='config'):
     if isinstance(spec, str):
         return spec
     raise ArgumentTypeError(f'{what} must be a dict, a list or JSON text, got {type(spec).__name__}')
+
+
+class _Owner:
+    """The base of every class that owns a libdp handle (self._h). Python's
+    default copy.copy would give two objects one handle, each freeing it (a
+    crash or freed memory read later), and pickle cannot carry it: both are
+    refused with what to do instead (_copy_hint), unless the class defines
+    its own __copy__ / __deepcopy__ (dp.Tensor, dp.Model)."""
+    _copy_hint = ''
+
+    def _refuse_copy(self, how):
+        name = 'dp.' + type(self).__name__
+        raise UnsupportedError(f'{how} of a {name}: it owns a libdp object that Python cannot copy'
+                               + (f'; {self._copy_hint}' if self._copy_hint else ''))
+
+    def __copy__(self):
+        self._refuse_copy('copy.copy')
+
+    def __deepcopy__(self, memo):
+        self._refuse_copy('copy.deepcopy')
+
+    def __reduce_ex__(self, protocol):
+        self._refuse_copy('pickling')
 
 
 def _destroy(obj, fn):

@@ -200,3 +200,78 @@ def test_lr_schedule():
         opt.set_lr_schedule({'type': 'nope'})
     opt.set_lr_schedule(None)
     assert opt.lr == 0.1
+
+
+BN = {'seed': 2, 'input': {'shape': [5]},
+      'layers': [{'type': 'linear', 'out_features': 4}, {'type': 'batch_norm1d'}, {'type': 'linear', 'out_features': 3}],
+      'loss': {'type': 'cross_entropy'}}
+
+
+def test_deepcopy_model_is_independent_and_survives_the_original(tmp_path, monkeypatch):
+    """copy.deepcopy(model), as for an EMA or best-so-far copy: same weights and buffers, its own
+    libdp model (before, Python copied the handle: two objects freeing one model)."""
+    import copy
+    import gc
+    path = tmp_path / 'bn.json'
+    path.write_text(json.dumps(BN))
+    for make in (lambda: dp.Model(BN), lambda: dp.Model.from_json(json.dumps(BN)), lambda: dp.Model(str(path)),
+                 lambda: dp.Model.from_file(path)):
+        m = make()
+        net = dp.DataParallel(m, devices='cpu:0,cpu:1')
+        opt = dp.SGD(net, lr=0.1)
+        x = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
+        y = np.arange(8) % 3
+        net.train_step(opt, x, y)  # moves weights and the running statistics
+        monkeypatch.chdir(tmp_path.parent)  # a relative file path must still be found
+        c = copy.deepcopy(m)
+        assert c is not m and c._h.value != m._h.value
+        np.testing.assert_array_equal(c.parameters(), m.parameters())
+        np.testing.assert_array_equal(c.buffers(), m.buffers())
+        assert not np.array_equal(m.buffers(), dp.Model(BN).buffers())
+        before = c.parameters()
+        net.train_step(opt, x, y)
+        np.testing.assert_array_equal(c.parameters(), before)  # the copy did not move
+        del net, opt, m
+        gc.collect()
+        assert c.num_parameters == before.size
+        np.testing.assert_array_equal(c.parameters(), before)
+        monkeypatch.undo()
+
+
+def test_copy_and_pickle_of_handle_objects_are_refused_clearly(tmp_path):
+    """Python's default copy.copy / pickle of an object owning a libdp handle would give two objects
+    one handle (a crash or a read of freed memory later): each is a dp.UnsupportedError naming what
+    to do instead. dp.Tensor's copy.copy views the same elements and its deepcopy clones."""
+    import copy
+    import gc
+    import pickle
+    import re
+    m = dp.Model(MLP)
+    net = dp.DataParallel(m, devices='cpu:0,cpu:1')
+    opt = dp.SGD(net, lr=0.1)
+    ds = dp.Dataset.from_arrays(np.zeros((4, 5), np.float32), np.zeros(4, np.int64))
+    loader = dp.DataLoader(ds, batch_size=2)
+    hints = [(m, 'copy.deepcopy(model)'), (net, 'copy.deepcopy(dp_model.module)'), (opt, 'load_state_dict'),
+             (ds, 'share it'), (loader, 'same arguments'), (dp.default_context(), 'share the one context')]
+    for obj, hint in hints:
+        ops = [('copy.copy', copy.copy), ('pickling', pickle.dumps)]
+        if obj is not m:
+            ops.append(('copy.deepcopy', copy.deepcopy))
+        for how, op in ops:
+            with pytest.raises(dp.UnsupportedError, match=f'{how} of a dp.{type(obj).__name__}.*{re.escape(hint)}'):
+                op(obj)
+    with pytest.raises(NotImplementedError):
+        copy.copy(m)
+    # Everything still works: nothing was shared or freed.
+    assert net.train_step(opt, np.ones((4, 5), np.float32), np.zeros(4, np.int64)) > 0
+    assert sum(1 for _ in loader) == 2
+
+    t = dp.tensor([0.0, 1.0, 2.0, 3.0])
+    view, clone = copy.copy(t), copy.deepcopy(t)
+    t.copy_([5.0, 6.0, 7.0, 8.0])
+    assert view.tolist() == [5.0, 6.0, 7.0, 8.0] and clone.tolist() == [0.0, 1.0, 2.0, 3.0]
+    del t
+    gc.collect()
+    assert view.tolist() == [5.0, 6.0, 7.0, 8.0]  # the view keeps the tensor alive
+    with pytest.raises(dp.UnsupportedError, match='pickling of a dp.Tensor'):
+        pickle.dumps(view)

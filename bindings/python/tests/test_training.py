@@ -263,6 +263,36 @@ def test_callback_errors_fail_the_batch():
     assert errors == 1 and got == [4, 2] and loader.position == (2, 0)
 
 
+@pytest.mark.parametrize('workers', [0, 1, 2])
+@pytest.mark.parametrize('stop', [KeyboardInterrupt, SystemExit])
+def test_ctrl_c_in_a_callback_stops_the_loop(workers, stop):
+    """KeyboardInterrupt (Ctrl-C while get_item runs) and SystemExit are the user's stop, not a bad
+    sample: they come out of the loop as themselves, through the skip-bad-samples pattern above, as
+    from a torch Dataset's __getitem__ (before, they were a skippable dp.InvalidArgumentError)."""
+    stopped = []
+
+    def get(i):
+        if i == 5 and not stopped:
+            stopped.append(i)
+            raise stop('stop here')
+        return np.zeros(2, np.float32), 0
+    loader = dp.DataLoader(dp.Dataset.from_callback(get, 12, (2,)), batch_size=4, num_workers=workers)
+    it, got = iter(loader), []
+    with pytest.raises(stop, match='stop here'):
+        while True:
+            try:
+                _, y = next(it)
+            except dp.Error:
+                continue
+            except StopIteration:
+                break
+            got.append(len(y))
+    assert got == [4] and stopped == [5]
+    assert loader.position == (0, 2)  # past the interrupted batch, as a checkpoint saved now records
+    # A loop stopped by an exception is a loop broken off: the next one starts the next epoch.
+    assert [len(y) for _, y in loader] == [4, 4, 4] and loader.position == (2, 0)
+
+
 def test_checkpoints(tmp_path, mnist_dir):
     def setup():
         m = dp.Model(MLP)

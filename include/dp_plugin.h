@@ -217,7 +217,9 @@ typedef struct dp_host_api {
   /* Registers a layer type. Only inside dp_plugin_init; registration is
    * all-or-nothing: if init returns non-zero (or any registration fails),
    * none of the plugin's types stay. Returns non-zero for a bad struct or a
-   * duplicate name (init should then return non-zero). */
+   * duplicate name (init should then return non-zero), and when called
+   * outside dp_plugin_init or from another thread (a registrar kept for
+   * later: nothing is registered). */
   int (*register_layer)(dp_plugin_registrar* registrar, const dp_plugin_layer_type* type);
 
   /* Hyperparameters (inside create only, on its thread). */

@@ -86,9 +86,14 @@ void copy_message(std::string& dst, const char* src) {
   }
 }
 
+// The registrar of the dp_plugin_init running on this thread: register_layer
+// is valid only there (dp_plugin.h). A plugin that kept base->registrar and
+// calls later (from create, say) gets 1, not a write through a dead pointer.
+thread_local const dp_plugin_registrar* t_live_registrar = nullptr;
+
 int h_register_layer(dp_plugin_registrar* r, const dp_plugin_layer_type* t) {
   try {
-    if (!r || !t) return 1;
+    if (!r || !t || r != t_live_registrar) return 1;
     if (t->struct_size < offsetof(dp_plugin_layer_type, device_impls) + sizeof(void*))
       fail(DP_ERR_PLUGIN, "register_layer: struct_size " + std::to_string(t->struct_size) + " is smaller than version 1's");
     if (!t->name || !*t->name) fail(DP_ERR_PLUGIN, "register_layer: a layer type without a name");
@@ -254,7 +259,8 @@ void* h_scratch(const dp_plugin_run* run, int32_t slot, size_t bytes) {
   try {
     auto* h = static_cast<RunHost*>(run->host);
     Tensor& t = h->io->tmp(static_cast<size_t>(slot));
-    int64_t floats = static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+    // Rounded up without overflow: bytes near SIZE_MAX must fail below, not wrap to a small block.
+    int64_t floats = static_cast<int64_t>(bytes / sizeof(float) + (bytes % sizeof(float) != 0));
     if (floats < 1) floats = 1;
     t.resize(DP_F32, Shape{floats});
     return t.data();
@@ -645,6 +651,11 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
   char err[1024];
   err[0] = 0;
   int rc = 0;
+  struct Live {  // register_layer accepts reg during init, on this thread only
+    const dp_plugin_registrar* saved = t_live_registrar;
+    explicit Live(const dp_plugin_registrar* r) { t_live_registrar = r; }
+    ~Live() { t_live_registrar = saved; }
+  } live(&reg);
   try {
     rc = init(&base, err, sizeof err);
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -53,7 +54,10 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
 
 void Tensor::resize(dp_dtype dtype, const Shape& shape) {
   if (is_view()) fail(DP_ERR_INTERNAL, "resize of a tensor view");
-  size_t need = static_cast<size_t>(shape.checked_numel("tensor")) * dtype_size(dtype);
+  const int64_t numel = shape.checked_numel("tensor");
+  if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(dtype))  // its bytes would wrap to a small block
+    fail(DP_ERR_OUT_OF_MEMORY, "a tensor of shape " + shape.str() + " needs more bytes than a size_t holds");
+  size_t need = static_cast<size_t>(numel) * dtype_size(dtype);
   if (need > capacity_ || ptr_ == nullptr) {
     // More than the machine has can only fail, or be killed later: refuse it
     // before asking (a sanitizer's allocator would abort instead).

@@ -6,10 +6,15 @@
 // buffer "mean" that merge_stats sets to the training batch's mean input.
 // JSON: "throw_in": "create", "infer", "forward", "backward", "parallel_for",
 // "merge_stats", "destroy" or "long_error" (forward fails with an err of
-// `cap` characters and no NUL); "at_step": the step at which forward,
+// `cap` characters and no NUL), "huge_scratch" (forward fails if
+// api->scratch gives a block for a size no machine has: SIZE_MAX and its
+// neighbours must be NULL) or "late_register" (create fails if
+// register_layer, called with the registrar kept from init, is accepted);
+// "at_step": the step at which forward,
 // backward, parallel_for or long_error fail, once (merge_stats: on its
 // at_step-th call, from 0); "stats": the count given to declare_stats (default 1).
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -19,6 +24,8 @@
 
 namespace {
 const dp_host_api* api;
+dp_plugin_registrar* kept_registrar;  // misuse on purpose: valid only during init
+dp_plugin_layer_type kept_type;
 
 struct Throws {
   std::string in;
@@ -44,7 +51,7 @@ void copy_rows(void* user, int64_t begin, int64_t end) {
   std::memcpy(c->y + begin * c->width, c->x + begin * c->width, static_cast<size_t>((end - begin) * c->width) * sizeof(float));
 }
 
-int create(void*, dp_plugin_args* args, void** instance, char*, size_t) {
+int create(void*, dp_plugin_args* args, void** instance, char* err, size_t cap) {
   auto* t = new Throws;
   *instance = t;  // destroy frees it, also when create fails
   const char* in = "";
@@ -53,6 +60,11 @@ int create(void*, dp_plugin_args* args, void** instance, char*, size_t) {
     return 1;
   t->in = in;
   if (t->in == "create") throw std::runtime_error("thrown in create on purpose");
+  if (t->in == "late_register") {
+    dp_plugin_layer_type late = kept_type;
+    late.name = "throws_late";
+    if (api->register_layer(kept_registrar, &late) == 0) return std::snprintf(err, cap, "a late register_layer was accepted"), 1;
+  }
   return 0;
 }
 
@@ -78,6 +90,9 @@ int infer(void* instance, dp_plugin_build* build, const dp_plugin_shape* in, int
 int forward(const void* instance, const dp_plugin_run* run, const dp_plugin_io* io, char* err, size_t cap) {
   auto* t = static_cast<const Throws*>(instance);
   if (t->now("forward", run)) throw std::runtime_error("thrown in forward on purpose");
+  if (t->in == "huge_scratch")
+    for (size_t bytes : {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 3, SIZE_MAX - 63, SIZE_MAX / 2 + 1, SIZE_MAX / 4 + 1})
+      if (api->scratch(run, 0, bytes)) return std::snprintf(err, cap, "scratch(%zu bytes) gave a block", bytes), 1;
   if (t->now("long_error", run)) {
     std::memset(err, 'A', cap);  // no NUL: the contract broken
     return 1;
@@ -128,5 +143,7 @@ extern "C" DP_PLUGIN_EXPORT int dp_plugin_init(const dp_host_api_base* base, cha
   t.forward = forward;
   t.backward = backward;
   t.merge_stats = merge_stats;
+  kept_registrar = base->registrar;
+  kept_type = t;
   return api->register_layer(base->registrar, &t);
 }

@@ -368,6 +368,29 @@ TEST_CASE("plugins: an err without a terminating NUL is read only up to its capa
   dp_model_destroy(m);
 }
 
+// Misuse the host survives: scratch sizes near SIZE_MAX were rounded up
+// through a wrap to a tiny block (a plugin's memset then overran the heap),
+// and a registrar kept past init was written through as a dead pointer.
+TEST_CASE("plugins: scratch of a size no machine has is NULL; register_layer after init is refused") {
+  Ctx c;
+  DP_REQUIRE_OK(dp_context_load_plugin(c.ctx, FIXTURE_THROWS));
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_model_from_json(c.ctx, model_with(R"({"type": "throws", "throw_in": "huge_scratch"})").c_str(), &m));
+  dp_group* g = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  dp_tensor* x = make_f32(c.ctx, std::vector<float>(8, 0.5f), {2, 4});
+  dp_tensor* out = nullptr;
+  DP_REQUIRE_OK(dp_group_forward(g, x, &out));  // the fixture fails forward if any huge scratch is non-NULL
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(out);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  // create calls register_layer with the registrar it kept: refused, nothing registered, context usable.
+  DP_REQUIRE_OK(c.build(model_with(R"({"type": "throws", "throw_in": "late_register"})")));
+  require_error(c.build(model_with(R"({"type": "throws_late"})")), DP_ERR_MODEL, {"unknown layer type", "throws_late"});
+  DP_REQUIRE_OK(c.build(model_with(R"({"type": "throws"})")));
+}
+
 TEST_CASE("plugins: a model file loads no code unless allowed: \"plugins\" by path, bare names, DP_PLUGIN_PATH") {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("dp_plugins_" + std::to_string(getpid()));

@@ -1,7 +1,9 @@
 // The caching allocators (device.h). Size classes: multiples of
 // 512 bytes up to 1 MiB, then multiples of 2 MiB, so a tensor that grows a
 // little reuses its class and large blocks waste at most 2 MiB.
+#include <cstdint>
 #include <map>
+#include <new>
 #include <mutex>
 #include <vector>
 
@@ -14,6 +16,7 @@ namespace {
 size_t size_class(size_t bytes) {
   const size_t small = 512, large = size_t(2) << 20;
   if (bytes <= (size_t(1) << 20)) return (bytes + small - 1) / small * small;
+  if (bytes > SIZE_MAX - large) throw std::bad_alloc();  // rounding up would wrap to a small block
   return (bytes + large - 1) / large * large;
 }
 

@@ -214,7 +214,7 @@ class CudaConv2d final : public CudaOp {
     const size_t bytes = plan_.ws();
     if (bytes == 0) return nullptr;
     Tensor& ws = io.tmp(0);
-    const int64_t floats = static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+    const int64_t floats = static_cast<int64_t>(bytes / sizeof(float) + (bytes % sizeof(float) != 0));
     if (ws.numel() < floats || ws.data() == nullptr) ws.resize(DP_F32, Shape{floats});
     return ws.data();
   }

@@ -526,8 +526,9 @@ DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 /* zero_grad, forward, the model's loss (reduced over the whole batch),
  * backward, optimizer step. target: int64 class indices [B] for
  * cross_entropy, float32 of the output's shape for mse. *loss (may be NULL)
- * receives the batch loss. A NaN or infinite loss returns DP_ERR_NUMERIC and
- * leaves the parameters as they were; its forward ran, so the group's step
+ * receives the batch loss. A NaN or infinite loss (infinite as the float
+ * *loss receives: beyond FLT_MAX) returns DP_ERR_NUMERIC and leaves the
+ * parameters as they were; its forward ran, so the group's step
  * count (which keys dropout's masks) moved on, as PyTorch's random generator
  * does: a run that skips a bad batch draws other masks after it than a run
  * that never met it. A call refused before its forward (a bad shape) counts
@@ -540,8 +541,9 @@ DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_te
  * dp_optimizer_step and dp_group_zero_grad). K batches with loss_scale 1/K
  * give the gradients of one batch K times larger (up to rounding; dropout
  * masks and batch-norm statistics are per batch, as in PyTorch). *loss (may
- * be NULL) receives the unscaled batch loss. A NaN or infinite loss returns
- * DP_ERR_NUMERIC and leaves the gradients as they were. */
+ * be NULL) receives the unscaled batch loss. A NaN or infinite loss (also:
+ * beyond FLT_MAX) returns DP_ERR_NUMERIC and leaves the gradients as they
+ * were. */
 DP_API dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, const dp_tensor* target,
                                            double loss_scale, float* loss);
 /* The model's loss without training (evaluation); *loss receives it, and

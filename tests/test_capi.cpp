@@ -582,6 +582,46 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
 
 // Mixed precision runs on GPUs only: a CPU group says so and stays as it was
 // (float32, training bitwise as a group never asked).
+// A loss finite in double but beyond float32 (mse of outputs near 1e30)
+// came back as inf with DP_OK, and its step turned the parameters into inf.
+TEST_CASE("a loss beyond float32's range is DP_ERR_NUMERIC: nothing stepped, nothing accumulated (1 and 2 devices)") {
+  Fixture f;
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {
+    CAPTURE(devices);
+    dp_model* m = f.model(R"({"seed": 3, "input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2}],
+                              "loss": {"type": "mse"}})");
+    dp_group* g = nullptr;
+    DP_REQUIRE_OK(dp_group_create(m, devices, &g));
+    dp_optimizer* opt = nullptr;
+    DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
+    std::vector<float> x = {1, 2, 3, 1e30f, 5, 6, 7, 8, 9, 10, 11, 12};
+    dp_tensor* tx = make_f32(f.ctx, x, {4, 3});
+    dp_tensor* ty = make_f32(f.ctx, std::vector<float>(8, 0.f), {4, 2});
+    const std::vector<float> before = params_of(m);
+    float loss = -1;
+    CHECK(dp_group_train_step(g, opt, tx, ty, &loss) == DP_ERR_NUMERIC);
+    CHECK(std::string(dp_last_error()).find("infinite as float32") != std::string::npos);
+    CHECK(params_of(m) == before);
+    DP_REQUIRE_OK(dp_group_zero_grad(g));
+    CHECK(dp_group_forward_backward(g, tx, ty, 1.0, &loss) == DP_ERR_NUMERIC);
+    int64_t n = 0;
+    DP_REQUIRE_OK(dp_model_num_parameters(m, &n));
+    std::vector<float> grads(static_cast<size_t>(n), -1.f);
+    DP_REQUIRE_OK(dp_model_copy_gradients(m, grads.data(), n));
+    CHECK(grads == std::vector<float>(static_cast<size_t>(n), 0.f));
+    // A batch in range still trains.
+    x[3] = 4;
+    dp_tensor* ok = make_f32(f.ctx, x, {4, 3});
+    DP_REQUIRE_OK(dp_group_train_step(g, opt, ok, ty, &loss));
+    CHECK(std::isfinite(loss));
+    CHECK(params_of(m) != before);
+    dp_tensor_destroy(ok), dp_tensor_destroy(tx), dp_tensor_destroy(ty);
+    dp_optimizer_destroy(opt);
+    dp_group_destroy(g);
+    dp_model_destroy(m);
+  }
+}
+
 TEST_CASE("DP_GROUP_PRECISION: float32 on CPUs; bf16 and fp16 refused there, naming why; bad values refused") {
   Fixture f;
   auto run = [&](bool ask_bf16) {

@@ -65,7 +65,7 @@ double Engine::total_loss() {
   return loss;
 }
 
-bool Engine::may_step() { return !settings_differ_ && std::isfinite(total_loss()); }
+bool Engine::may_step() { return !settings_differ_ && finite_loss(total_loss()); }
 
 void Engine::set_precision(int precision) {
   if (precision == DP_PRECISION_FP32) return;

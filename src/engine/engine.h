@@ -9,6 +9,8 @@
 // results are read back) and the reduction and update. Backends: the CPU
 // (backends/cpu/engine.cpp) and CUDA (backends/cuda/engine.cpp).
 #pragma once
+#include <cfloat>
+#include <cmath>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -100,6 +102,10 @@ class Engine {
   // The sum of the replicas' losses, in replica order (what the group
   // checks for NaN); with processes, of all processes' replicas.
   double total_loss();
+  // Whether a loss counts as finite: as the float the C ABI returns it (a sum
+  // finite in double but beyond FLT_MAX is infinite to the caller, and
+  // gradients that large overflow the float parameters they update).
+  static bool finite_loss(double loss) { return std::fabs(loss) <= FLT_MAX; }
   // Whether a training step may update: its loss is finite and, across
   // processes, every process's optimizer settings are the same (engines
   // update nothing otherwise; the group then says which).

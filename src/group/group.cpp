@@ -379,6 +379,15 @@ void Group::raise_merge_failure(std::exception_ptr failure, const char* what_hap
   }
 }
 
+// A loss Engine::finite_loss refuses, named: NaN, infinite, or beyond float32.
+static std::string loss_text(double loss) {
+  if (std::isnan(loss)) return "NaN";
+  if (std::isinf(loss)) return "infinite";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g, infinite as float32", loss);
+  return buf;
+}
+
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {
   check_job(Job::kTrain, input, &target);
   have_forward_ = false;
@@ -386,10 +395,10 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
   run(Job::kTrain, training_, &input, &target, nullptr, nullptr, &opt, opt.scaler.loss_factor());
   if (training_) ++step_;
   const double loss = engine_->total_loss();  // an engine updates nothing unless this is finite
-  model_.has_grads = std::isfinite(loss);  // (else zero; a step the engine holds below zeroes them too)
-  if (!std::isfinite(loss))
-    fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
-                             std::to_string(step_ - 1) + "; parameters and running statistics are unchanged");
+  model_.has_grads = Engine::finite_loss(loss);  // (else zero; a step the engine holds below zeroes them too)
+  if (!Engine::finite_loss(loss))
+    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + " at step " + std::to_string(step_ - 1) +
+                             "; parameters and running statistics are unchanged");
   check_settings(opt, false);  // nor unless every process's optimizer is set alike
   std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
   engine_->reduce(&opt);
@@ -411,9 +420,9 @@ double Group::forward_backward(const Tensor& input, const Tensor& target, double
   run(Job::kTrain, training_, &input, &target, nullptr, nullptr, nullptr, loss_scale);
   if (training_) ++step_;
   const double loss = engine_->total_loss();
-  if (!std::isfinite(loss))
-    fail(DP_ERR_NUMERIC, "the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
-                             std::to_string(step_ - 1) + "; the gradients and running statistics are unchanged");
+  if (!Engine::finite_loss(loss))
+    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + " at step " + std::to_string(step_ - 1) +
+                             "; the gradients and running statistics are unchanged");
   std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
   engine_->reduce(nullptr);  // adds this batch's gradients into the model's
   model_.has_grads = true;

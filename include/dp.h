@@ -612,6 +612,11 @@ DP_API void dp_dataset_destroy(dp_dataset* ds);
  * keys the shuffle, as a torch.Generator would. The order of an epoch is a
  * pure function of (seed, epoch). The dataset must outlive the loader. */
 DP_API dp_status dp_loader_create(dp_dataset* ds, const char* json_config, dp_loader** out);
+/* Stops the workers and frees the loader; returns once they are joined.
+ * Called from one of its own workers (inside the dataset's get_item: a
+ * garbage collector running there), it returns at once and another thread
+ * finishes the job after that callback returns: the callbacks' user data must
+ * then stay valid until the process ends or the caller knows it is done. */
 DP_API void dp_loader_destroy(dp_loader* loader);
 /* Batches per epoch. */
 DP_API dp_status dp_loader_num_batches(const dp_loader* loader, int64_t* count);
@@ -667,7 +672,9 @@ DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
  * be NULL), the loader's position (loader may be NULL), the group's step, and
  * in __metadata__ the model JSON, what it means ("model_canonical", which
  * dp_checkpoint_load compares) and user_metadata_json (a JSON object, may be
- * NULL), and "data_crc32", the CRC-32 of the tensor data. Written to a
+ * NULL), "data_crc32", the CRC-32 of the tensor data, and "header_crc32",
+ * that of the tensors' names, dtypes and shapes and every other metadata
+ * key and value. Written to a
  * temporary file, fsynced and renamed: a crash never leaves a half-written
  * checkpoint. */
 DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optimizer* opt,
@@ -678,8 +685,9 @@ DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const d
  * written may differ; DP_ERR_MODEL names the first difference),
  * optimizer (may be NULL) and loader (may be NULL). A truncated, corrupted or
  * mismatched file is rejected with a clear error and changes nothing:
- * DP_ERR_IO for tensor data that does not match data_crc32 (checked when the
- * file has it; checkpoints written before dp recorded it load without), and
+ * DP_ERR_IO for tensor data or a header that does not match data_crc32 or
+ * header_crc32 (each checked when the file has it; checkpoints written
+ * before dp recorded them load without), and
  * for a NaN or infinite parameter, buffer or optimizer state or a negative
  * exp_avg_sq (naming the tensor and element). A loader position saved inside
  * an epoch needs a loader of the same batch size, shuffle, seed, drop_last and

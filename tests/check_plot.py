@@ -583,12 +583,14 @@ MLP = {"seed": 3, "input": {"shape": [8]},
 
 
 def without_history(src, dst):
-    """A copy of a checkpoint without __metadata__'s "history" (as dp wrote them before keeping it)."""
+    """A copy of a checkpoint without __metadata__'s "history" and "header_crc32" (as dp wrote them before
+    keeping either)."""
     with open(src, 'rb') as fh:
         blob = fh.read()
     n = int.from_bytes(blob[:8], 'little')
     header = json.loads(blob[8:8 + n])
     del header['__metadata__']['history']
+    header['__metadata__'].pop('header_crc32', None)  # nor its checksum, which covers the history
     head = json.dumps(header).encode()
     head += b' ' * (-len(head) % 8)
     with open(dst, 'wb') as fh:

@@ -163,7 +163,9 @@ std::string temp_path(const char* name) {
 }
 
 // Copies the file `from` to `to` with `with` written over the bytes at
-// `offset` past the first `find` (the length kept: a damaged checkpoint).
+// `offset` past the first `find` (the length kept: a damaged checkpoint), and
+// its "header_crc32" blanked to spaces: a file without that checksum (as dp
+// wrote before it kept one), so that the check behind it is what refuses it.
 void write_patched(const std::string& from, const std::string& to, const std::string& find, size_t offset,
                    const std::string& with) {
   std::ifstream in(from, std::ios::binary);
@@ -171,6 +173,13 @@ void write_patched(const std::string& from, const std::string& to, const std::st
   const size_t at = bytes.find(find);
   REQUIRE(at != std::string::npos);
   bytes.replace(at + offset, with.size(), with);
+  const size_t crc = bytes.find("\"header_crc32\":\"");
+  REQUIRE(crc != std::string::npos);
+  const size_t entry = 16 + 8 + 1;  // "header_crc32":"xxxxxxxx"
+  if (bytes[crc - 1] == ',')
+    bytes.replace(crc - 1, entry + 1, entry + 1, ' ');
+  else
+    bytes.replace(crc, entry + 1, entry + 1, ' ');  // the comma after it
   std::ofstream(to, std::ios::binary) << bytes;
 }
 

@@ -2,6 +2,7 @@
 // "Loaders"): argument checks and handle plumbing; the work is in src/data.
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/memory.h"
@@ -149,7 +150,25 @@ dp_status dp_loader_create(dp_dataset* ds, const char* json_config, dp_loader** 
   DP_GUARD_END
 }
 
-void dp_loader_destroy(dp_loader* loader) { delete loader; }
+namespace {
+// dp_loader_destroy's work (noexcept: nothing crosses the ABI).
+void destroy_loader(dp_loader* loader) noexcept {
+  if (loader && loader->loader && loader->loader->on_worker_thread()) {
+    // From the loader's own dataset callback (a garbage collector ran there):
+    // a thread cannot join itself. Another thread destroys the loader once
+    // this callback has returned; without one, the loader is left (a leak,
+    // not an abort).
+    try {
+      std::thread([loader] { delete loader; }).detach();
+    } catch (...) {
+    }
+    return;
+  }
+  delete loader;
+}
+}  // namespace
+
+void dp_loader_destroy(dp_loader* loader) { destroy_loader(loader); }
 
 dp_status dp_loader_num_batches(const dp_loader* loader, int64_t* count) {
   DP_GUARD_BEGIN

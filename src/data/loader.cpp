@@ -45,6 +45,13 @@ Loader::~Loader() {
   for (auto& t : threads_) t.join();
 }
 
+bool Loader::on_worker_thread() const {
+  const std::thread::id me = std::this_thread::get_id();
+  for (const auto& t : threads_)
+    if (t.get_id() == me) return true;
+  return false;
+}
+
 void Loader::start_workers() {
   // Started by the first next(), not by the constructor: a loader created and
   // then seeked (a checkpoint restored) assembles nothing it drops.

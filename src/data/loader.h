@@ -61,6 +61,9 @@ class Loader {
   Loader(std::shared_ptr<const Dataset> ds, std::shared_ptr<const Transform> transform, const LoaderConfig& cfg);
   // Stops the workers (a batch in progress stops at its next sample) and joins them.
   ~Loader();
+  // Whether the calling thread is one of this loader's workers (inside a
+  // dataset callback): it cannot destroy the loader, whose destructor joins it.
+  bool on_worker_thread() const;
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 

@@ -21,7 +21,7 @@ namespace {
 const char* const kFormat = "dp-checkpoint-1";
 const char* const kReserved[] = {"format",       "model",        "model_canonical", "group_step",
                                  "optimizer_type", "optimizer_steps", "loader_epoch", "loader_batch",
-                                 "grad_scaler",  "loader_order", kDataCrc32};
+                                 "grad_scaler",  "loader_order", kDataCrc32,       kHeaderCrc32};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -292,6 +292,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
     }
   }
   metadata.push_back({kDataCrc32, st_data_crc32(tensors)});  // verified by read_safetensors
+  metadata.push_back({kHeaderCrc32, st_header_crc32(tensors, metadata)});  // last: it covers the rest
   write_safetensors(path, tensors, metadata);
 }
 

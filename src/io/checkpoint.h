@@ -13,7 +13,9 @@
 // the grad scaler's scale, _growth_tracker and skipped_steps, with its
 // settings; while one is on or has skipped steps), data_crc32 (the CRC-32
 // of the tensor data, io/safetensors.h; verified at load when present: older
-// checkpoints lack it), plus the caller's keys.
+// checkpoints lack it), header_crc32 (the CRC-32 of the tensors' names,
+// dtypes and shapes and of every other metadata key and value, the caller's
+// too; verified when present), plus the caller's keys.
 // A checkpoint without grad_scaler loads as one of a run without skipped
 // steps: an optimizer's grad scaler starts afresh, at its init_scale. The
 // scaler's settings are the loading optimizer's own (as its learning rate
@@ -23,7 +25,7 @@
 // Loading validates the whole file against the model first and changes
 // nothing unless all of it fits. Errors: DP_ERR_IO for a file that is
 // unreadable or not valid safetensors (or a checkpoint with broken metadata),
-// whose data does not match its data_crc32, or with a value no run can
+// whose data or header does not match its data_crc32 or header_crc32, or with a value no run can
 // continue from (weights and checkpoints alike: a NaN or infinite parameter,
 // buffer or optimizer state, a negative exp_avg_sq; the tensor and element named);
 // DP_ERR_MODEL for a valid file that does not fit (a missing or extra tensor,

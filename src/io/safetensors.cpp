@@ -72,6 +72,26 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
+// What kHeaderCrc32 covers, in a canonical form: each tensor by name with its
+// dtype and shape, then each metadata key but kHeaderCrc32 with its value.
+std::string header_crc(const std::map<std::string, std::string>& tensors, const std::map<std::string, std::string>& meta) {
+  uint32_t crc = 0;
+  auto add = [&crc](char tag, const std::string& k, const std::string& v) {
+    const std::string line = std::string(1, tag) + k + '\0' + v + '\n';
+    crc = crc32_update(crc, line.data(), line.size());
+  };
+  for (const auto& t : tensors) add('T', t.first, t.second);
+  for (const auto& m : meta)
+    if (m.first != kHeaderCrc32) add('M', m.first, m.second);
+  return hex32(crc);
+}
+
+std::string tensor_line(const std::string& dtype, const std::vector<int64_t>& shape) {
+  std::string s = dtype;
+  for (int64_t d : shape) s += ' ' + std::to_string(d);
+  return s;
+}
+
 uint64_t get_uint(const json& v, const std::string& where) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
@@ -231,6 +251,16 @@ StFile read_safetensors(const std::string& path, bool with_data) {
     fail(DP_ERR_IO, path + ": " + std::to_string(data_size - at) + " bytes after the last tensor belong to no tensor (header says " +
                         std::to_string(at) + " bytes of tensor data, file has " + std::to_string(data_size) + ")");
 
+  auto hcrc = out.metadata.find(kHeaderCrc32);
+  if (hcrc != out.metadata.end()) {
+    std::map<std::string, std::string> tensors;
+    for (const StEntry& e : out.entries) tensors[e.name] = tensor_line(e.dtype, e.shape);
+    const std::string got = header_crc(tensors, out.metadata);
+    if (got != hcrc->second)
+      fail(DP_ERR_IO, path + ": the header is corrupted (its tensors or __metadata__ changed since it was written): its "
+                             "CRC-32 is " + got + ", __metadata__ '" + kHeaderCrc32 + "' says '" + hcrc->second + "'");
+  }
+
   if (with_data) {
     out.data.resize(static_cast<size_t>(data_size));
     read_exact(file.f, out.data.data(), out.data.size(), path, "the tensor data");
@@ -251,6 +281,15 @@ StFile read_safetensors(const std::string& path, bool with_data) {
 }
 
 const char* const kDataCrc32 = "data_crc32";
+const char* const kHeaderCrc32 = "header_crc32";
+
+
+std::string st_header_crc32(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::map<std::string, std::string> t, m;
+  for (const StOut& o : tensors) t[o.name] = tensor_line(o.dtype, o.shape);
+  for (const auto& kv : metadata) m[kv.first] = kv.second;
+  return header_crc(t, m);
+}
 
 std::string st_data_crc32(const std::vector<StOut>& tensors) {
   uint32_t crc = 0;

@@ -1,6 +1,7 @@
 // Loaders: the epoch order, batch counts, seek / position, workers, config
 // errors, and shutdown.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -245,6 +246,57 @@ TEST_CASE("loader: destroy stops its workers promptly, mid-batch") {
   CHECK(t.front() == 900);
   dp_loader_destroy(l);
   dp_dataset_destroy(ds);
+}
+
+namespace {
+
+// A dataset whose get_item destroys its own loader at index 50 (as Python's
+// garbage collector may, on the worker thread): the destructor cannot join
+// that thread, which aborted the process.
+struct SelfDestroy {
+  std::atomic<dp_loader*> loader{nullptr};
+  std::atomic<bool> go{false}, destroyed{false}, released{false};
+};
+
+int self_destroy_item(void* user, int64_t index, float* input, void* target, char*, size_t) {
+  auto* u = static_cast<SelfDestroy*>(user);
+  if (index == 50) {
+    for (int i = 0; i < 2000 && !u->go; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    dp_loader_destroy(u->loader.exchange(nullptr));
+    u->destroyed = true;
+  }
+  input[0] = static_cast<float>(index);
+  *static_cast<int64_t*>(target) = index;
+  return 0;
+}
+
+void self_destroy_release(void* user) { static_cast<SelfDestroy*>(user)->released = true; }
+
+}  // namespace
+
+TEST_CASE("loader: destroyed from its own worker (inside get_item), it goes once the callback returns; no abort") {
+  Fixture f;
+  SelfDestroy u;
+  dp_dataset_callbacks cb;
+  std::memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  cb.user = &u;
+  cb.length = 200;
+  cb.get_item = self_destroy_item;
+  cb.release = self_destroy_release;
+  int64_t shape = 1;
+  dp_dataset* ds = nullptr;
+  DP_REQUIRE_OK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds));
+  dp_loader* l = make_loader(ds, cfg_of(10, false, 2, 0, false, 4));  // 8 batches ahead: index 50 is among them
+  dp_dataset_destroy(ds);  // the loader holds it: release comes when the loader is gone
+  u.loader = l;
+  int64_t rows = 0;
+  DP_REQUIRE_OK(dp_loader_next(l, f.x, f.y, &rows));
+  CHECK(rows == 10);
+  u.go = true;  // from here the program does not touch l: a worker destroys it at index 50
+  for (int i = 0; i < 2000 && !u.released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(u.destroyed);
+  CHECK(u.released);  // the loader, its workers joined, let go of the dataset
 }
 
 TEST_CASE("loader: one dataset shared by loaders in several threads; the dataset handle may go first") {

@@ -15,9 +15,11 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include <zlib.h>
 
 #include "../api_util.h"
 
@@ -104,10 +106,48 @@ StParts split(const std::string& bytes) {
   return p;
 }
 
-std::string join(const ojson& header, const std::string& data) {
+// __metadata__ "header_crc32" as dp computes it (io/safetensors.h), written
+// here from its description: zlib's CRC-32 over, for each tensor in name
+// order, 'T' name '\0' dtype (' ' dim)* '\n', then for each metadata key but
+// header_crc32 in key order, 'M' key '\0' value '\n'; 8 lowercase hex digits.
+std::string header_crc32(const ojson& header) {
+  std::map<std::string, std::string> tensors, meta;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      for (auto m = it.value().begin(); m != it.value().end(); ++m)
+        if (m.key() != "header_crc32") meta[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    std::string line = it.value()["dtype"].get<std::string>();
+    for (const auto& d : it.value()["shape"]) line += " " + std::to_string(d.get<int64_t>());
+    tensors[it.key()] = line;
+  }
+  uLong crc = crc32(0L, Z_NULL, 0);
+  auto add = [&crc](char tag, const std::string& k, const std::string& v) {
+    const std::string line = std::string(1, tag) + k + std::string(1, '\0') + v + "\n";
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(line.data()), static_cast<uInt>(line.size()));
+  };
+  for (const auto& t : tensors) add('T', t.first, t.second);
+  for (const auto& m : meta) add('M', m.first, m.second);
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
+
+// The bytes of a file with this header and data, as written (header_crc32
+// not recomputed: an edit is a corruption).
+std::string join_raw(const ojson& header, const std::string& data) {
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
   return le64_bytes(h.size()) + h + data;
+}
+
+// The same, as dp would write an edited header: a header_crc32 it holds is
+// recomputed, so that the checks behind the checksum are what a test meets.
+std::string join(ojson header, const std::string& data) {
+  if (header.contains("__metadata__") && header["__metadata__"].contains("header_crc32"))
+    header["__metadata__"]["header_crc32"] = header_crc32(header);
+  return join_raw(header, data);
 }
 
 // Builds a file tensor by tensor, contiguous, from raw bytes.
@@ -684,13 +724,38 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
   SUBCASE("a missing optimizer tensor, the last one read") {
     ojson h = parts.header;
     // Rename it: the file stays valid, the state incomplete and an unknown tensor appears.
-    std::string dump = h.dump();
-    size_t at = dump.find("\"optimizer.exp_avg_sq.4.bias\"");
-    REQUIRE(at != std::string::npos);
-    dump.replace(at, 29, "\"optimizer.exp_avg_sq.4.bjas\"");
-    dump.append((8 - dump.size() % 8) % 8, ' ');
-    write_bytes(bad, le64_bytes(dump.size()) + dump + parts.data);
+    REQUIRE(h.contains("optimizer.exp_avg_sq.4.bias"));
+    h["optimizer.exp_avg_sq.4.bjas"] = h["optimizer.exp_avg_sq.4.bias"];
+    h.erase("optimizer.exp_avg_sq.4.bias");
+    write_bytes(bad, join(h, parts.data));
     rejects(tr, load, DP_ERR_MODEL, {bad, "missing optimizer state optimizer.exp_avg_sq.4.bias"});
+  }
+  SUBCASE("a changed metadata value or tensor name: the header's checksum") {
+    // Each of these loaded before dp wrote header_crc32, restoring a wrong state
+    // (a step count that is Adam's bias correction, a loader position).
+    auto corrupted = [&](const std::function<void(ojson&)>& edit) {
+      ojson h = parts.header;
+      edit(h);
+      write_bytes(bad, join_raw(h, parts.data));  // the checksum as it was
+      rejects(tr, load, DP_ERR_IO, {bad, "the header is corrupted", "__metadata__ 'header_crc32' says"});
+      char* meta = nullptr;
+      CHECK(dp_checkpoint_metadata(bad.c_str(), &meta) == DP_ERR_IO);
+      CHECK(meta == nullptr);
+    };
+    corrupted([](ojson& h) { h["__metadata__"]["optimizer_steps"] = "9"; });
+    corrupted([](ojson& h) { h["__metadata__"]["group_step"] = "0"; });
+    corrupted([](ojson& h) { h["__metadata__"]["extra"] = "x"; });
+    corrupted([](ojson& h) {
+      h["optimizer.exp_avg_sq.4.bjas"] = h["optimizer.exp_avg_sq.4.bias"];
+      h.erase("optimizer.exp_avg_sq.4.bias");
+    });
+    // The same edit with the checksum recomputed (as if dp wrote it) loads: the checksum is what refused it.
+    with_meta([](ojson& m) { m["optimizer_steps"] = "9"; });
+    Trainer other(kNet, kAdam);
+    DP_REQUIRE_OK(dp_checkpoint_load(bad.c_str(), other.g, other.opt, nullptr));
+    int64_t steps = 0;
+    DP_REQUIRE_OK(dp_optimizer_steps(other.opt, &steps));
+    CHECK(steps == 9);
   }
   SUBCASE("a flipped bit in the tensor data: the checksum") {
     std::string d = parts.data;
@@ -728,7 +793,7 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
   CHECK(bitwise_equal(tr.buffers(), ref.buffers()));
 }
 
-TEST_CASE("checkpoint: one without data_crc32 (written before dp recorded it) still loads") {
+TEST_CASE("checkpoint: one without data_crc32 and header_crc32 (written before dp recorded them) still loads") {
   TmpDir dir;
   std::string path = dir / "ckpt.safetensors", old = dir / "old.safetensors";
   Trainer src(kNet, kAdam);
@@ -736,8 +801,10 @@ TEST_CASE("checkpoint: one without data_crc32 (written before dp recorded it) st
   DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), src.g, src.opt, nullptr, nullptr));
   StParts parts = split(read_bytes(path));
   REQUIRE(parts.header["__metadata__"].contains("data_crc32"));
+  REQUIRE(parts.header["__metadata__"]["header_crc32"] == header_crc32(parts.header));  // the test's own computation
   parts.header["__metadata__"].erase("data_crc32");
-  write_bytes(old, join(parts.header, parts.data));
+  parts.header["__metadata__"].erase("header_crc32");
+  write_bytes(old, join_raw(parts.header, parts.data));
   Trainer tr(kNet, kAdam);
   DP_REQUIRE_OK(dp_checkpoint_load(old.c_str(), tr.g, tr.opt, nullptr));
   CHECK(bitwise_equal(tr.params(), src.params()));
@@ -836,7 +903,7 @@ TEST_CASE("checkpoint metadata, argument checks, out-parameters untouched on fai
   CHECK(metadata_of(std::string(DP_IO_DIR) + "/pytorch_linear.safetensors") == json::object());
   DP_REQUIRE_OK(dp_checkpoint_save(path.c_str(), a.g, nullptr, nullptr, "{}"));
   json meta = metadata_of(path);
-  CHECK(meta.size() == 5);  // format, model, model_canonical, group_step, data_crc32
+  CHECK(meta.size() == 6);  // format, model, model_canonical, group_step, data_crc32, header_crc32
   CHECK(meta["group_step"] == "0");
   dp_free(nullptr);
 }

@@ -5,6 +5,7 @@ import ctypes
 import math
 import os
 import sys
+import threading
 import warnings
 import weakref
 
@@ -17,12 +18,34 @@ from ._tensor import _CODES, _dtype_name, zeros
 from ._util import _Owner, _integer_inputs, _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
+# Set while a Python dataset callback runs on this thread (a loader's worker,
+# or the caller's with num_workers=0): a DataLoader garbage-collected there
+# must not be destroyed there (its destructor would join the running thread).
+_in_callback = threading.local()
+# Loaders whose last reference went inside a callback: (handle, dataset, the
+# Python callbacks it calls), destroyed by the next DataLoader call outside
+# one (or at exit), the callbacks kept alive until then.
+_deferred = []
+_deferred_lock = threading.Lock()
+
+
+def _destroy_deferred():
+    if not _deferred or getattr(_in_callback, 'depth', 0):
+        return
+    with _deferred_lock:
+        items = _deferred[:]
+        del _deferred[:]
+    for h, _keep in items:
+        _lib.loader_destroy(h)
+
+
 def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts):
     np = _np()
     n_in = math.prod(sample_shape)
     n_t = math.prod(target_shape)
 
     def get_item(user, index, inp, tgt, err, cap):
+        _in_callback.depth = getattr(_in_callback, 'depth', 0) + 1
         try:
             x, y = fn(index)
             xa = np.asarray(x)
@@ -56,6 +79,8 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts)
             if cap:
                 ctypes.memmove(err, msg + b'\0', len(msg) + 1)
             return 1
+        finally:
+            _in_callback.depth -= 1
     return get_item
 
 
@@ -200,6 +225,7 @@ def _stop_loaders():
     # shuts down: destroy (join) every loader first.
     for ld in list(_loaders):
         ld.close()
+    _destroy_deferred()
 
 
 class DataLoader(_Owner):
@@ -266,6 +292,7 @@ class DataLoader(_Owner):
         self._abandoned = False
         self._iters = 0  # iterators made: the newest owns the position
         _loaders.add(self)
+        _destroy_deferred()
 
     def _handle(self):
         if self._h is None:
@@ -275,7 +302,14 @@ class DataLoader(_Owner):
     def close(self):
         """Stops the worker threads and frees the loader (also done when it is
         garbage-collected)."""
+        if getattr(_in_callback, 'depth', 0) and getattr(self, '_h', None) is not None:
+            # Inside a dataset callback (a collection ran there): later, elsewhere.
+            with _deferred_lock:
+                _deferred.append((self._h, getattr(self, 'dataset', None)))
+            self._h = None
+            return
         _destroy(self, _lib.loader_destroy if _lib else None)
+        _destroy_deferred()
 
     def __del__(self):
         self.close()
@@ -327,6 +361,7 @@ class DataLoader(_Owner):
         The batch returned last stays as it is until the call after next
         (two pairs of tensors take turns), and the end of an epoch leaves it
         alone: after `for x, y in loader:` x and y hold the last batch."""
+        _destroy_deferred()
         x, y = self._spare
         self._spare = (None, None)
         if not self._reusable(x, y):

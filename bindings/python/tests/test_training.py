@@ -269,11 +269,8 @@ def test_ctrl_c_in_a_callback_stops_the_loop(workers, stop):
     """KeyboardInterrupt (Ctrl-C while get_item runs) and SystemExit are the user's stop, not a bad
     sample: they come out of the loop as themselves, through the skip-bad-samples pattern above, as
     from a torch Dataset's __getitem__ (before, they were a skippable dp.InvalidArgumentError)."""
-    stopped = []
-
     def get(i):
-        if i == 5 and not stopped:
-            stopped.append(i)
+        if i == 5:  # in every epoch: workers may call it for the next epoch's batch first
             raise stop('stop here')
         return np.zeros(2, np.float32), 0
     loader = dp.DataLoader(dp.Dataset.from_callback(get, 12, (2,)), batch_size=4, num_workers=workers)
@@ -287,10 +284,43 @@ def test_ctrl_c_in_a_callback_stops_the_loop(workers, stop):
             except StopIteration:
                 break
             got.append(len(y))
-    assert got == [4] and stopped == [5]
+    assert got == [4]
     assert loader.position == (0, 2)  # past the interrupted batch, as a checkpoint saved now records
-    # A loop stopped by an exception is a loop broken off: the next one starts the next epoch.
-    assert [len(y) for _, y in loader] == [4, 4, 4] and loader.position == (2, 0)
+    # The loader is usable: the same iterator gives the next batch, then the epoch ends.
+    assert len(next(it)[1]) == 4
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_a_loader_collected_inside_its_own_callback():
+    """A garbage collection that runs inside a dataset callback on a loader's worker thread may free
+    that DataLoader when a reference cycle is all that holds it: its destructor joins the worker
+    threads, so this aborted the process ("Resource deadlock avoided"). Now the loader is destroyed
+    later, outside any callback, and what it calls stays alive until then."""
+    import gc
+    import threading
+    import weakref
+    from dp import _data
+    ref, armed, collected = [None], threading.Event(), threading.Event()
+
+    def get(i):
+        if i == 6 and armed.wait(20):  # a worker, assembling ahead, once the main thread let go
+            gc.collect()  # frees the loader: the cycle is all that holds it
+            if ref[0]() is None:
+                collected.set()
+        return np.full(2, i, np.float32), i
+    loader = dp.DataLoader(dp.Dataset.from_callback(get, 40, (2,)), batch_size=2, num_workers=2, prefetch=4)
+    it = iter(loader)
+    assert np.asarray(next(it)[1]).tolist() == [0, 1]
+    loader.cycle = loader  # only the garbage collector can free it
+    ref[0] = weakref.ref(loader)
+    handle = loader._h.value
+    del loader, it
+    armed.set()  # the worker waiting at index 6 collects
+    assert collected.wait(20)
+    assert handle in [h.value for h, _ in _data._deferred]  # not destroyed on the worker thread
+    dp.DataLoader(dp.Dataset.from_arrays(np.zeros((2, 2), np.float32), np.zeros(2, np.int64)), batch_size=1).close()
+    assert _data._deferred == []
 
 
 def test_checkpoints(tmp_path, mnist_dir):

@@ -1011,6 +1011,26 @@ TEST_CASE("checkpoint: the loader's position is saved and restored; exact resume
       dp_loader_destroy(other);
     }
   }
+  SUBCASE("a loader_order record that is not the one dp writes (a key renamed, one missing, a type changed)") {
+    // "ramples" made the record's dataset 0 samples long, and a loader of 11 samples resumed at its end.
+    const std::string order = meta["loader_order"].get<std::string>();
+    for (const std::string& bad_order :
+         {std::string(R"({"batch_size": 10, "shuffle": true, "seed": 5, "drop_last": false, "ramples": 40})"),
+          std::string(R"({"batch_size": 10, "shuffle": true, "seed": 5, "drop_last": false})"),
+          std::string(R"({"batch_size": 10, "shuffle": 1, "seed": 5, "drop_last": false, "samples": 40})")}) {
+      CAPTURE(bad_order);
+      std::string p = dir / "badorder.safetensors";
+      StParts parts = split(read_bytes(path));
+      parts.header["__metadata__"]["loader_order"] = bad_order;
+      write_bytes(p, join(parts.header, parts.data));  // the header checksum recomputed: the record's own check
+      dp_loader* other = nullptr;
+      DP_REQUIRE_OK(dp_loader_create(data.ds, R"({"batch_size": 11})", &other));
+      rejects(resumed, [&] { return dp_checkpoint_load(p.c_str(), resumed.g, resumed.opt, other); }, DP_ERR_IO,
+              {p, "'loader_order' is not dp's"});
+      dp_loader_destroy(other);
+    }
+    CHECK(order == meta["loader_order"].get<std::string>());
+  }
   SUBCASE("at an epoch's end another loader goes on: the ended epoch is its end of that epoch") {
     std::string p = dir / "end.safetensors";
     Trainer t(kNet, kAdam);

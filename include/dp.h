@@ -153,7 +153,10 @@ DP_API dp_status dp_model_num_parameters(const dp_model* m, int64_t* count);
 /* Copies all parameters, in declaration order, into dst; count is the number
  * of floats dst holds and must be at least dp_model_num_parameters. */
 DP_API dp_status dp_model_copy_parameters(const dp_model* m, float* dst, int64_t count);
-/* Overwrites all parameters from src (count floats, declaration order). */
+/* Overwrites all parameters from src (count floats, declaration order). A
+ * NaN or infinite value is DP_ERR_NUMERIC naming the tensor and element, and
+ * nothing is set (the values every load accepts; set_buffers and
+ * dp_optimizer_set_state too, where exp_avg_sq must also be >= 0). */
 DP_API dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count);
 /* The accumulated gradients, same layout as the parameters. */
 DP_API dp_status dp_model_copy_gradients(const dp_model* m, float* dst, int64_t count);
@@ -646,7 +649,11 @@ DP_API dp_status dp_loader_shard(dp_loader* loader, const dp_group* g);
  * by safetensors.torch.save_file(model.state_dict(), path) loads. Every
  * parameter must be present with its shape (float32); num_batches_tracked is
  * ignored. A NaN or infinite value is DP_ERR_IO naming the tensor and
- * element. On failure the model is unchanged. */
+ * element. On failure the model is unchanged. Saving (here and in
+ * dp_checkpoint_save) refuses, with DP_ERR_NUMERIC naming the tensor and
+ * element and nothing written, values no load would take: a NaN or infinite
+ * parameter, buffer or optimizer state, a negative exp_avg_sq (training can
+ * overflow a parameter with a finite loss: a huge learning rate). */
 DP_API dp_status dp_model_load_safetensors(dp_model* m, const char* path);
 DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
 /* The weights for PyTorch: what dp_model_save_safetensors writes, plus a

@@ -19,6 +19,7 @@
 #include "engine/devices.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
+#include "io/checkpoint.h"
 
 namespace dp {
 
@@ -221,6 +222,8 @@ dp_status dp_model_set_parameters(dp_model* m, const float* src, int64_t count) 
   if (count != m->model->num_params())
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_parameters: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(m->model->num_params()));
+  dp::io::check_values(src, m->model->param_info, false, DP_ERR_NUMERIC, "dp_model_set_parameters",
+                       ": nothing was set (dp holds only values training can continue from, as its loads)");
   std::vector<float>& params = m->model->mutable_params();
   std::memcpy(params.data(), src, params.size() * sizeof(float));
   DP_GUARD_END
@@ -282,6 +285,8 @@ dp_status dp_model_set_buffers(dp_model* m, const float* src, int64_t count) {
   if (count != m->model->num_buffers())
     fail(DP_ERR_INVALID_ARGUMENT, "dp_model_set_buffers: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(m->model->num_buffers()));
+  dp::io::check_values(src, m->model->buffer_info, false, DP_ERR_NUMERIC, "dp_model_set_buffers",
+                       ": nothing was set (dp holds only values training can continue from, as its loads)");
   if (count > 0) {
     std::vector<float>& buffers = m->model->mutable_buffers();
     std::memcpy(buffers.data(), src, buffers.size() * sizeof(float));
@@ -719,6 +724,9 @@ dp_status dp_optimizer_set_state(dp_optimizer* opt, const char* name, const floa
   if (count != static_cast<int64_t>(st.size()))
     fail(DP_ERR_INVALID_ARGUMENT, "dp_optimizer_set_state: got " + std::to_string(count) + " floats, the model has " +
                                       std::to_string(st.size()));
+  dp::io::check_state_values(src, opt->group->model->model->param_info, name, DP_ERR_NUMERIC,
+                             std::string("dp_optimizer_set_state '") + name + "'",
+                             ": nothing was set (dp holds only values training can continue from, as its loads)");
   std::memcpy(st.data(), src, st.size() * sizeof(float));
   ++opt->opt->host_version;  // a GPU group uploads it before its next step
   DP_GUARD_END

@@ -52,6 +52,18 @@ void add_model_tensors(const Model& m, std::vector<StOut>& out) {
   for (const NamedTensor& b : m.buffer_info) out.push_back({b.name, "F32", dims(b.shape), buffers + b.offset});
 }
 
+// The first element of v[0, n) training cannot continue from, or -1.
+int64_t first_bad(const float* v, int64_t n, bool non_negative) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]) || (non_negative && v[i] < 0)) return i;
+  return -1;
+}
+
+std::string bad_text(float x) {
+  return (std::isnan(x) ? std::string("NaN") : std::isinf(x) ? std::string(x < 0 ? "-inf" : "inf") : json(x).dump()) +
+         (std::isfinite(x) ? " (must be >= 0)" : " (must be finite)");
+}
+
 // Copies tensor e of f into dst + nt.offset after checking it is nt's dtype
 // and shape, and that training can continue from its values: each finite
 // and, with non_negative (Adam's exp_avg_sq, a sum of squares), >= 0. A NaN
@@ -66,12 +78,8 @@ void copy_tensor(const StFile& f, const StEntry& e, const NamedTensor& nt, const
                            "' has " + nt.shape.str());
   float* to = dst + nt.offset;
   std::memcpy(to, f.bytes(e), static_cast<size_t>(e.end - e.begin));
-  const int64_t n = static_cast<int64_t>((e.end - e.begin) / sizeof(float));
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(to[i]) || (non_negative && to[i] < 0))
-      fail(DP_ERR_IO, where + " element " + std::to_string(i) + " is " +
-                          (std::isnan(to[i]) ? "NaN" : std::isinf(to[i]) ? (to[i] < 0 ? "-inf" : "inf") : json(to[i]).dump()) +
-                          (std::isfinite(to[i]) ? " (must be >= 0)" : " (must be finite)") + ": a damaged file");
+  const int64_t i = first_bad(to, static_cast<int64_t>((e.end - e.begin) / sizeof(float)), non_negative);
+  if (i >= 0) fail(DP_ERR_IO, where + " element " + std::to_string(i) + " is " + bad_text(to[i]) + ": a damaged file");
 }
 
 // What a load will write, staged so that nothing changes until all of it fits.
@@ -221,7 +229,33 @@ ScalerState read_scaler_record(const StFile& f, const std::string& text) {
 
 }  // namespace
 
+void check_values(const float* v, const std::vector<NamedTensor>& info, bool non_negative, dp_status status,
+                  const std::string& what, const std::string& why) {
+  for (const NamedTensor& t : info) {
+    const int64_t i = first_bad(v + t.offset, t.shape.numel(), non_negative);
+    if (i >= 0)
+      fail(status, what + ": tensor '" + t.name + "' element " + std::to_string(i) + " is " + bad_text(v[t.offset + i]) + why);
+  }
+}
+
+void check_state_values(const float* v, const std::vector<NamedTensor>& info, const std::string& state, dp_status status,
+                        const std::string& what, const std::string& why) {
+  check_values(v, info, ends_with(state, "exp_avg_sq"), status, what, why);
+}
+
+// What a save writes must load: refused before anything is written.
+static void check_saved(const Model& m, Optimizer* opt, const std::string& path) {
+  const std::string why = ": it would not load (dp loads only values training can continue from); nothing was written";
+  check_values(m.params().data(), m.param_info, false, DP_ERR_NUMERIC, path + ": parameter", why);
+  check_values(m.buffers().data(), m.buffer_info, false, DP_ERR_NUMERIC, path + ": buffer", why);
+  if (opt)
+    for (const auto& st : opt->state())
+      check_state_values(st.second->data(), m.param_info, st.first, DP_ERR_NUMERIC, path + ": optimizer state '" + st.first + "'",
+                         why);
+}
+
 void save_weights(const Model& model, const std::string& path, bool with_batch_counts) {
+  check_saved(model, nullptr, path);
   std::vector<StOut> tensors;
   add_model_tensors(model, tensors);
   static const int64_t kNoCount = 0;  // PyTorch's count; dp keeps none (momentum=None would use it)
@@ -280,6 +314,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
     }
   }
 
+  check_saved(m, opt, path);
   std::vector<StOut> tensors;
   add_model_tensors(m, tensors);
   if (opt) {

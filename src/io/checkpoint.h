@@ -41,6 +41,16 @@
 
 namespace dp::io {
 
+// Values training can continue from, the rule every load applies: each finite
+// and, with non_negative (Adam's exp_avg_sq), >= 0. Checks the tensors of
+// `info` laid out in v; throws `status` with "<what>: tensor '<name>' element
+// <i> is NaN (must be finite)<why>" for the first value that is not.
+void check_values(const float* v, const std::vector<NamedTensor>& info, bool non_negative, dp_status status,
+                  const std::string& what, const std::string& why);
+// The same for an optimizer state named `state` ("exp_avg_sq": non-negative).
+void check_state_values(const float* v, const std::vector<NamedTensor>& info, const std::string& state, dp_status status,
+                        const std::string& what, const std::string& why);
+
 // with_batch_counts: a num_batches_tracked (int64 0) beside each
 // running_var, for PyTorch's strict load (dp_model_save_weights).
 void save_weights(const Model& model, const std::string& path, bool with_batch_counts = false);

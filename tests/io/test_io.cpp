@@ -810,6 +810,60 @@ TEST_CASE("checkpoint: one without data_crc32 and header_crc32 (written before d
   CHECK(bitwise_equal(tr.params(), src.params()));
 }
 
+// dp loads only values training can continue from (finite; exp_avg_sq >= 0).
+// The setters took NaN, and saves wrote it, into files dp then called damaged.
+TEST_CASE("values no load would take: refused by the setters (DP_ERR_NUMERIC, nothing set) and by saves (nothing written)") {
+  TmpDir dir;
+  Trainer tr(kNet, kAdam);
+  tr.train(0);
+  int64_t n = 0;
+  DP_REQUIRE_OK(dp_model_num_parameters(tr.m, &n));
+  const std::vector<float> before = tr.params();
+  std::vector<float> bad = before;
+  bad[7] = std::nanf("");
+  CHECK(dp_model_set_parameters(tr.m, bad.data(), n) == DP_ERR_NUMERIC);
+  CHECK(std::string(dp_last_error()).find("tensor '0.weight' element 7 is NaN (must be finite): nothing was set") !=
+        std::string::npos);
+  CHECK(tr.params() == before);
+  std::vector<float> buffers = tr.buffers();
+  if (!buffers.empty()) {
+    const std::vector<float> kept = buffers;
+    buffers.back() = INFINITY;
+    CHECK(dp_model_set_buffers(tr.m, buffers.data(), static_cast<int64_t>(buffers.size())) == DP_ERR_NUMERIC);
+    CHECK(std::string(dp_last_error()).find("is inf (must be finite)") != std::string::npos);
+    CHECK(tr.buffers() == kept);
+  }
+  std::vector<float> state(static_cast<size_t>(n), 0.f);
+  DP_REQUIRE_OK(dp_optimizer_copy_state(tr.opt, "exp_avg_sq", state.data(), n));
+  const std::vector<float> kept_state = state;
+  state[2] = -1.f;
+  CHECK(dp_optimizer_set_state(tr.opt, "exp_avg_sq", state.data(), n) == DP_ERR_NUMERIC);
+  CHECK(std::string(dp_last_error()).find("element 2 is -1.0 (must be >= 0)") != std::string::npos);
+  state[2] = -1.f;
+  DP_REQUIRE_OK(dp_optimizer_set_state(tr.opt, "exp_avg", state.data(), n));  // a first moment may be negative
+  DP_REQUIRE_OK(dp_optimizer_copy_state(tr.opt, "exp_avg_sq", state.data(), n));
+  CHECK(state == kept_state);
+
+  // Training itself can overflow a parameter with a finite loss (SGD, a huge lr and input): such a
+  // model is not saved, rather than written into a file no load takes.
+  Trainer big(R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": 1}], "loss": {"type": "mse"}})",
+              R"({"type": "sgd", "lr": 1e30})", "cpu:0");
+  dp_tensor* x = make_f32(big.ctx, {1e19f, 1.f}, {1, 2});
+  dp_tensor* y = make_f32(big.ctx, {0.f}, {1, 1});
+  float loss = 0;
+  DP_REQUIRE_OK(dp_group_train_step(big.g, big.opt, x, y, &loss));
+  REQUIRE(std::isfinite(loss));
+  REQUIRE(!std::isfinite(big.params()[0]));
+  const std::string ckpt = dir / "inf.ckpt", weights = dir / "inf.safetensors";
+  CHECK(dp_checkpoint_save(ckpt.c_str(), big.g, big.opt, nullptr, nullptr) == DP_ERR_NUMERIC);
+  CHECK(std::string(dp_last_error()).find("parameter: tensor '0.weight' element 0 is inf (must be finite): it would not "
+                                          "load") != std::string::npos);
+  CHECK(dp_model_save_safetensors(big.m, weights.c_str()) == DP_ERR_NUMERIC);
+  CHECK(dir.files().empty());
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
+}
+
 TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and the old checkpoint intact") {
   TmpDir dir;
   std::string path = dir / "ckpt.safetensors";

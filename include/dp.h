@@ -213,8 +213,8 @@ typedef void (*dp_release_fn)(void* user);
 DP_API dp_status dp_tensor_from_host_borrowed(dp_context* ctx, dp_dtype dtype, void* data, int ndim,
                                               const int64_t* shape, dp_release_fn release, void* user,
                                               dp_tensor** out);
-/* The address of a tensor's elements (row-major, contiguous; *data is NULL for
- * an owned tensor that has never held an element). Reading and writing
+/* The address of a tensor's elements (row-major, contiguous; for a tensor of
+ * no elements, NULL or an address not to be read or written). Reading and writing
  * through it is allowed while no dp call uses the tensor. Valid until the
  * tensor is resized (dp_loader_next may swap in other storage) or destroyed;
  * a borrowed tensor's is always the caller's data. */

@@ -392,11 +392,21 @@ TEST_CASE("bad model JSON: a clear error naming the JSON path and what is valid"
             DP_ERR_MODEL, {"/layers/1/inputs/1", "no earlier layer named 'b'"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "a"}, {"type": "relu", "name": "a"}]})",
             DP_ERR_MODEL, {"/layers/1/name", "already used"});
+  // A default name (the index) taken by an earlier "name": reported at the layer, not at a key it lacks.
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "1"}, {"type": "relu"}]})", DP_ERR_MODEL,
+            {"/layers/1: this layer's default name '1' (its index) is already used"});
+  // Names are state_dict keys and C strings: "a\u0000b" and "a\u0000c" both read "a".
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2, "name": "a\u0000b"}]})",
+            DP_ERR_MODEL, {"/layers/0/name", "control character (NUL)"});
+  f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu", "name": "a\nb"}]})", DP_ERR_MODEL,
+            {"/layers/0/name", "control character (code 10)"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "relu"}], "optimiser": 1})", DP_ERR_MODEL, {"unknown key 'optimiser'"});
   // An integer past INT64_MAX is quoted as written, not read as -1 (which a
   // dim would have taken as valid).
   f.rejects(R"({"input": {"shape": [18446744073709551615]}, "layers": [{"type": "relu"}]})", DP_ERR_MODEL,
             {"/input/shape", "18446744073709551615"});
+  f.rejects(R"({"seed": 18446744073709551615, "input": {"shape": [3]}, "layers": [{"type": "relu"}]})", DP_ERR_MODEL,
+            {"/seed", "a non-negative integer up to 9223372036854775807", "18446744073709551615"});
   f.rejects(R"({"input": {"shape": [3]}, "layers": [{"type": "softmax", "dim": 18446744073709551615}]})", DP_ERR_MODEL,
             {"/layers/0/dim", "18446744073709551615"});
   f.rejects(R"({"input": {"shape": [3, 8, 8]}, "layers": [{"type": "max_pool2d", "kernel_size": [2, 18446744073709551615]}]})",

@@ -132,9 +132,18 @@ std::unique_ptr<Model> Model::read(const Registry& registry, const std::string& 
       if (!spec["name"].is_string() || spec["name"].get<std::string>().empty())
         fail(DP_ERR_MODEL, path + "/name: expected a non-empty string, got " + json_brief(spec["name"]));
       name = spec["name"].get<std::string>();
+      // Names become state_dict keys and C strings: a NUL would cut them short ("a\u0000b" and "a\u0000c" were both "a").
+      for (unsigned char c : name)
+        if (c < 0x20 || c == 0x7f)
+          fail(DP_ERR_MODEL, path + "/name: " + json(name).dump() + " holds a control character (" +
+                                 (c == 0 ? std::string("NUL") : "code " + std::to_string(c)) + "); layer names are text");
     }
-    if (names.count(name))
+    if (names.count(name)) {
+      if (!spec.contains("name"))  // its default name, the index, was taken by an earlier layer's "name"
+        fail(DP_ERR_MODEL, path + ": this layer's default name '" + name + "' (its index) is already used by an earlier "
+                                  "layer's \"name\"; give this one a \"name\", or rename that one");
       fail(DP_ERR_MODEL, path + "/name: '" + name + "' is already used" + (name == "input" ? " (the model's input)" : " by an earlier layer"));
+    }
 
     Node node;
     node.inputs = resolve_inputs(spec, path, static_cast<int>(i), names);

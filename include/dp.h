@@ -690,7 +690,10 @@ DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const d
  * same seed, input, loss, and layers with the same types, names, inputs and
  * hyperparameters, defaults included; free text, spacing and how values are
  * written may differ; DP_ERR_MODEL names the first difference),
- * optimizer (may be NULL) and loader (may be NULL). A truncated, corrupted or
+ * optimizer (may be NULL: else the same type with the same hyperparameters,
+ * all but the learning rate, which is the loading optimizer's; DP_ERR_MODEL
+ * names the first difference, "/betas/0 is 0.9 in the checkpoint, 0.5 here")
+ * and loader (may be NULL). A truncated, corrupted or
  * mismatched file is rejected with a clear error and changes nothing:
  * DP_ERR_IO for tensor data or a header that does not match data_crc32 or
  * header_crc32 (each checked when the file has it; checkpoints written

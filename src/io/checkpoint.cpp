@@ -21,7 +21,8 @@ namespace {
 const char* const kFormat = "dp-checkpoint-1";
 const char* const kReserved[] = {"format",       "model",        "model_canonical", "group_step",
                                  "optimizer_type", "optimizer_steps", "loader_epoch", "loader_batch",
-                                 "grad_scaler",  "loader_order", kDataCrc32,       kHeaderCrc32};
+                                 "grad_scaler",  "loader_order", kDataCrc32,       kHeaderCrc32,
+                                 "optimizer_config"};
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d, s.d + s.ndim); }
 
@@ -291,6 +292,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
   if (opt) {
     metadata.push_back({"optimizer_type", opt->type()});
     metadata.push_back({"optimizer_steps", std::to_string(opt->steps)});
+    metadata.push_back({"optimizer_config", opt->config});
     if (opt->scaler.enabled || opt->skipped_steps > 0) metadata.push_back({"grad_scaler", scaler_record(*opt)});
   }
   if (loader) {
@@ -396,6 +398,16 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
     if (!type) fail(DP_ERR_MODEL, path + ": the checkpoint holds no optimizer state (it was saved without an optimizer)");
     if (*type != opt->type())
       fail(DP_ERR_MODEL, path + ": checkpoint was written for a '" + *type + "' optimizer, this one is '" + opt->type() + "'");
+    if (const std::string* rec = meta(f, "optimizer_config")) {  // older checkpoints lack it
+      json saved_config = json::parse(*rec, nullptr, false), our_config = json::parse(opt->config, nullptr, false);
+      if (!saved_config.is_object()) fail(DP_ERR_IO, path + ": __metadata__ 'optimizer_config' is not a JSON object: " + *rec);
+      saved_config.erase("lr"), our_config.erase("lr");  // the learning rate is the loading optimizer's
+      if (saved_config != our_config)
+        fail(DP_ERR_MODEL, path + ": checkpoint was written for an optimizer set otherwise (" +
+                               first_difference(saved_config, our_config, "") +
+                               "); its state means something else under other settings: make the optimizer as saved "
+                               "(the learning rate may differ)");
+    }
     opt_steps = meta_int(f, "optimizer_steps");
     if (const std::string* rec = meta(f, "grad_scaler")) scaler = read_scaler_record(f, *rec);
   }

@@ -8,8 +8,10 @@
 // Checkpoints ("dp-checkpoint-1"): the same tensors, plus the optimizer's
 // state as "optimizer.<state name>.<parameter name>" ("optimizer.exp_avg.0.weight"),
 // and in __metadata__ (strings): format, model (the model's JSON text),
-// group_step, optimizer_type, optimizer_steps, loader_epoch, loader_batch
-// (the last four when an optimizer / a loader was saved), grad_scaler (JSON:
+// group_step, optimizer_type, optimizer_steps, optimizer_config (what the
+// optimizer's JSON means, defaults filled in; a load compares all of it but
+// lr), loader_epoch, loader_batch (the last five when an optimizer / a loader
+// was saved), grad_scaler (JSON:
 // the grad scaler's scale, _growth_tracker and skipped_steps, with its
 // settings; while one is on or has skipped steps), data_crc32 (the CRC-32
 // of the tensor data, io/safetensors.h; verified at load when present: older

@@ -325,6 +325,7 @@ std::unique_ptr<Optimizer> Optimizer::from_json(const std::string& text, int64_t
     fail(DP_ERR_MODEL, "/type: unknown optimizer '" + type + "' (known: adam, adamw, sgd)");
   a.finish(type);
   opt->base_lr = opt->lr;
+  opt->config = a.resolved().dump();
   return opt;
 }
 

@@ -99,6 +99,10 @@ class Optimizer {
   // plus `steps` below. Each vector has one float per parameter.
   virtual std::vector<std::pair<std::string, std::vector<float>*>> state() { return {}; }
   virtual std::string type() const = 0;
+  // What its JSON means, every hyperparameter with its default filled in
+  // ({"type": "sgd", "lr": 0.1, "momentum": 0.9, ...}): checkpoints record it
+  // and a load compares it (all but lr, which is the loading optimizer's).
+  std::string config;
 
   // What decides the next step's update beyond the JSON it was made from
   // (which processes compare once): the learning rate the step will use,

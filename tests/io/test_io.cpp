@@ -703,6 +703,23 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     rejects(sgd, [&] { return dp_checkpoint_load(path.c_str(), sgd.g, sgd.opt, nullptr); }, DP_ERR_MODEL,
             {path, "'adam' optimizer, this one is 'sgd'"});
   }
+  SUBCASE("the same optimizer type set otherwise: refused, naming it; another lr loads") {
+    // Adam's state under other betas or eps means another run: it loaded silently before.
+    for (const auto& c : std::vector<std::pair<const char*, const char*>>{
+             {R"({"type": "adam", "lr": 0.01, "betas": [0.5, 0.999]})", "/betas/0 is 0.9 in the checkpoint, 0.5 here"},
+             {R"({"type": "adam", "lr": 0.01, "eps": 0.1})", "/eps is 1e-08 in the checkpoint, 0.1 here"},
+             {R"({"type": "adam", "lr": 0.01, "weight_decay": 0.5})", "/weight_decay is 0.0 in the checkpoint, 0.5 here"}}) {
+      CAPTURE(c.first);
+      Trainer other(kNet, c.first);
+      rejects(other, [&] { return dp_checkpoint_load(path.c_str(), other.g, other.opt, nullptr); }, DP_ERR_MODEL,
+              {path, "an optimizer set otherwise", c.second, "the learning rate may differ"});
+    }
+    Trainer slower(kNet, R"({"type": "adam", "lr": 0.001})");
+    DP_REQUIRE_OK(dp_checkpoint_load(path.c_str(), slower.g, slower.opt, nullptr));
+    double lr = 0;
+    DP_REQUIRE_OK(dp_optimizer_lr(slower.opt, &lr));
+    CHECK(lr == 0.001);  // the loading optimizer's
+  }
   SUBCASE("no optimizer state in the file") {
     DP_REQUIRE_OK(dp_checkpoint_save(bad.c_str(), src.g, nullptr, nullptr, nullptr));
     rejects(tr, load, DP_ERR_MODEL, {bad, "no optimizer state"});

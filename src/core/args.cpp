@@ -165,8 +165,9 @@ int64_t Args::integer(const char* key, int64_t default_value, int64_t min_value)
   const json* v = get(key);
   if (!v) return keep(key, default_value);
   int64_t x = 0;
-  if (!as_int64(*v, &x) || x < min_value)  // past INT64_MAX: say where the range ends
-    bad(key, at_least(min_value) + (v->is_number_unsigned() ? " up to " + std::to_string(INT64_MAX) : ""), *v);
+  const bool fits = as_int64(*v, &x);
+  if (!fits || x < min_value)  // an integer past INT64_MAX: say where the range ends
+    bad(key, at_least(min_value) + (!fits && v->is_number_unsigned() ? " up to " + std::to_string(INT64_MAX) : ""), *v);
   return keep(key, x);
 }
 

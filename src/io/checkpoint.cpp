@@ -301,12 +301,8 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
     if (!loader->order.empty()) metadata.push_back({"loader_order", loader->order});
   }
   if (user_metadata) {
-    json user;
-    try {
-      user = json::parse(user_metadata);
-    } catch (const json::exception& e) {
-      fail(DP_ERR_JSON, std::string("user_metadata_json: ") + e.what());
-    }
+    // As every JSON dp reads: a key given twice is an error, not the last one kept.
+    const json user = parse_config(user_metadata, "user_metadata_json");
     if (!user.is_object()) fail(DP_ERR_INVALID_ARGUMENT, "user_metadata_json must be a JSON object, got " + json_brief(user));
     for (auto it = user.begin(); it != user.end(); ++it) {
       for (const char* r : kReserved)

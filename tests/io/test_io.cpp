@@ -933,6 +933,9 @@ TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and 
     CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, "[1]") == DP_ERR_INVALID_ARGUMENT);
     CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, R"({"model": "x"})") == DP_ERR_INVALID_ARGUMENT);
     CHECK(std::string(dp_last_error()).find("'model' is reserved") != std::string::npos);
+    CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, R"({"a": 1, "a": 2})") == DP_ERR_JSON);
+    CHECK(std::string(dp_last_error()).find("user_metadata_json JSON: 'a' appears twice") != std::string::npos);
+    CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, R"({"optimizer_config": "{}"})") == DP_ERR_INVALID_ARGUMENT);
   }
   auto files = dir.files();
   for (const auto& f : files) CHECK_MESSAGE(f.find(".tmp-") == std::string::npos, "left behind: " << f);

@@ -122,7 +122,8 @@ DP_API dp_status dp_context_set_option(dp_context* ctx, dp_context_option option
  * ("swish") is searched in the directories of DP_PLUGIN_PATH (colon-
  * separated; as given, then name.so, then libname.so), then in dp's own
  * plugin folder, <folder of libdp.so>/dp/plugins (pkg-config's plugindir
- * once installed), then in the current directory. A model's JSON may list
+ * once installed; none when dp is linked into the program, not a shared
+ * libdp.so), then in the current directory. A model's JSON may list
  * plugins too, {"plugins": ["swish"]}: by default only libraries already
  * loaded or bare names in DP_PLUGIN_PATH or dp's plugin folder;
  * paths ("./swish.so", relative to the model file for dp_model_from_file)

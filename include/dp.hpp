@@ -200,7 +200,7 @@ class Context : public detail::Handle<dp_context, dp_context_destroy> {
   Context() : Handle(create()) {}
   explicit Context(dp_context* adopt) noexcept : Handle(adopt) {}
 
-  // dp_context_load_plugin: a path with a '/', or a bare name searched in DP_PLUGIN_PATH, then dp's plugin folder.
+  // dp_context_load_plugin: a path with a '/', or a bare name searched in DP_PLUGIN_PATH, dp's plugin folder, then ".".
   void load_plugin(const std::string& path) { check(dp_context_load_plugin(get(), path.c_str())); }
   // dp_context_set_option: DP_CONTEXT_MEMORY_LIMIT, DP_CONTEXT_ALLOW_MODEL_PLUGINS.
   void set_option(dp_context_option option, int64_t value) { check(dp_context_set_option(get(), option, value)); }

@@ -590,8 +590,6 @@ TEST_CASE("bad tensors, devices and calls: clear errors, objects stay usable") {
   dp_model_destroy(m);
 }
 
-// Mixed precision runs on GPUs only: a CPU group says so and stays as it was
-// (float32, training bitwise as a group never asked).
 // A loss finite in double but beyond float32 (mse of outputs near 1e30)
 // came back as inf with DP_OK, and its step turned the parameters into inf.
 TEST_CASE("a loss beyond float32's range is DP_ERR_NUMERIC: nothing stepped, nothing accumulated (1 and 2 devices)") {
@@ -632,6 +630,8 @@ TEST_CASE("a loss beyond float32's range is DP_ERR_NUMERIC: nothing stepped, not
   }
 }
 
+// Mixed precision runs on GPUs only: a CPU group says so and stays as it was
+// (float32, training bitwise as a group never asked).
 TEST_CASE("DP_GROUP_PRECISION: float32 on CPUs; bf16 and fp16 refused there, naming why; bad values refused") {
   Fixture f;
   auto run = [&](bool ask_bf16) {

@@ -120,17 +120,9 @@ dp_status dp_checkpoint_load(const char* path, dp_group* g, dp_optimizer* opt, d
     const std::string mine = loader->loader->order();
     int64_t batch = p.batch;
     if (!p.order.empty() && p.order != mine) {
-      // Exactly the keys Loader::order() writes, with their types: anything else is a damaged record.
-      const nlohmann::json o = nlohmann::json::parse(p.order, nullptr, false);
-      const bool ours = o.is_object() && o.size() == 5 && o.contains("batch_size") && o["batch_size"].is_number_integer() &&
-                        o["batch_size"].get<int64_t>() > 0 && o.contains("samples") && o["samples"].is_number_integer() &&
-                        o["samples"].get<int64_t>() >= 0 && o.contains("shuffle") && o["shuffle"].is_boolean() &&
-                        o.contains("seed") && o["seed"].is_number_integer() && o.contains("drop_last") &&
-                        o["drop_last"].is_boolean();
-      if (!ours) fail(DP_ERR_IO, std::string(path) + ": __metadata__ 'loader_order' is not dp's: " + p.order);
-      const int64_t size = o["batch_size"].get<int64_t>();
-      const int64_t n = o["samples"].get<int64_t>();
-      const int64_t saved_batches = dp::Loader::batches_per_epoch(n, size, o["drop_last"].get<bool>());
+      int64_t saved_batches = 0;
+      if (!dp::Loader::order_batches(p.order, &saved_batches))
+        fail(DP_ERR_IO, std::string(path) + ": __metadata__ 'loader_order' is not dp's: " + p.order);
       if (p.batch >= saved_batches)
         batch = loader->loader->num_batches();
       else if (p.batch > 0)

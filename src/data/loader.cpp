@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/error.h"
@@ -45,12 +46,11 @@ Loader::~Loader() {
   for (auto& t : threads_) t.join();
 }
 
-bool Loader::on_worker_thread() const {
-  const std::thread::id me = std::this_thread::get_id();
-  for (const auto& t : threads_)
-    if (t.get_id() == me) return true;
-  return false;
-}
+// The loader whose worker this thread is (set as it starts): no shared state
+// to read while start_workers() is still adding threads.
+static thread_local const Loader* t_worker_of = nullptr;
+
+bool Loader::on_worker_thread() const { return t_worker_of == this; }
 
 void Loader::start_workers() {
   // Started by the first next(), not by the constructor: a loader created and
@@ -79,6 +79,7 @@ bool Loader::fill(Batcher& b, int64_t g, Slot& slot, uint64_t gen) {
 }
 
 void Loader::worker_main(int id) {
+  t_worker_of = this;
   Batcher& b = *batchers_[static_cast<size_t>(id)];
   const int64_t S = static_cast<int64_t>(slots_.size());
   std::unique_lock<std::mutex> lk(mu_);
@@ -178,6 +179,19 @@ void Loader::shard(std::function<void(int64_t, int64_t*, int64_t*)> fn) {
     fail(DP_ERR_INVALID_ARGUMENT, "dp_loader_shard: shard a loader before its first batch (a restored position is fine: "
                                   "shard, then dp_checkpoint_load or dp_loader_seek)");
   cfg_.shard = std::move(fn);
+}
+
+bool Loader::order_batches(const std::string& order, int64_t* batches) {
+  const nlohmann::json o = nlohmann::json::parse(order, nullptr, false);
+  auto integer = [&o](const char* k, int64_t min) {
+    return o.contains(k) && o[k].is_number_integer() && o[k].get<int64_t>() >= min;
+  };
+  auto boolean = [&o](const char* k) { return o.contains(k) && o[k].is_boolean(); };
+  if (!o.is_object() || o.size() != 5 || !integer("batch_size", 1) || !integer("samples", 0) || !boolean("shuffle") ||
+      !o.contains("seed") || !o["seed"].is_number_integer() || !boolean("drop_last"))
+    return false;
+  *batches = batches_per_epoch(o["samples"].get<int64_t>(), o["batch_size"].get<int64_t>(), o["drop_last"].get<bool>());
+  return true;
 }
 
 std::string Loader::order() const {

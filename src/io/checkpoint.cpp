@@ -312,7 +312,6 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
     }
   }
 
-  check_saved(m, opt, path);
   std::vector<StOut> tensors;
   add_model_tensors(m, tensors);
   if (opt) {
@@ -324,6 +323,7 @@ void save_checkpoint(const std::string& path, Group& group, Optimizer* opt, cons
         tensors.push_back({"optimizer." + st.first + "." + p.name, "F32", dims(p.shape), st.second->data() + p.offset});
     }
   }
+  check_saved(m, opt, path);  // after the sizes are known to match
   metadata.push_back({kDataCrc32, st_data_crc32(tensors)});  // verified by read_safetensors
   metadata.push_back({kHeaderCrc32, st_header_crc32(tensors, metadata)});  // last: it covers the rest
   write_safetensors(path, tensors, metadata);
@@ -395,7 +395,13 @@ void load_checkpoint(const std::string& path, Group& group, Optimizer* opt,
     if (*type != opt->type())
       fail(DP_ERR_MODEL, path + ": checkpoint was written for a '" + *type + "' optimizer, this one is '" + opt->type() + "'");
     if (const std::string* rec = meta(f, "optimizer_config")) {  // older checkpoints lack it
-      json saved_config = json::parse(*rec, nullptr, false), our_config = json::parse(opt->config, nullptr, false);
+      // As this dp reads it (defaults it has and the writer lacked filled in), else as recorded.
+      std::string saved_text = *rec;
+      try {
+        saved_text = Optimizer::from_json(*rec, 0)->config;
+      } catch (const Error&) {
+      }
+      json saved_config = json::parse(saved_text, nullptr, false), our_config = json::parse(opt->config, nullptr, false);
       if (!saved_config.is_object()) fail(DP_ERR_IO, path + ": __metadata__ 'optimizer_config' is not a JSON object: " + *rec);
       saved_config.erase("lr"), our_config.erase("lr");  // the learning rate is the loading optimizer's
       if (saved_config != our_config)

@@ -72,24 +72,35 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// What kHeaderCrc32 covers, in a canonical form: each tensor by name with its
-// dtype and shape, then each metadata key but kHeaderCrc32 with its value.
-std::string header_crc(const std::map<std::string, std::string>& tensors, const std::map<std::string, std::string>& meta) {
+// What kHeaderCrc32 covers, in a canonical form (io/safetensors.h): each
+// tensor in name order as the fields T, name, dtype, shape ("2,3"), begin,
+// end; then each metadata key but kHeaderCrc32 in key order as M, key, value;
+// every field written as <decimal length>:<bytes>, so that no two headers
+// give the same bytes.
+using TensorFields = std::map<std::string, std::vector<std::string>>;  // name -> dtype, shape, begin, end
+
+std::string header_crc(const TensorFields& tensors, const std::map<std::string, std::string>& meta) {
   uint32_t crc = 0;
-  auto add = [&crc](char tag, const std::string& k, const std::string& v) {
-    const std::string line = std::string(1, tag) + k + '\0' + v + '\n';
-    crc = crc32_update(crc, line.data(), line.size());
+  auto field = [&crc](const std::string& f) {
+    const std::string len = std::to_string(f.size()) + ":";
+    crc = crc32_update(crc, len.data(), len.size());
+    crc = crc32_update(crc, f.data(), f.size());
   };
-  for (const auto& t : tensors) add('T', t.first, t.second);
+  for (const auto& t : tensors) {
+    field("T");
+    field(t.first);
+    for (const std::string& f : t.second) field(f);
+  }
   for (const auto& m : meta)
-    if (m.first != kHeaderCrc32) add('M', m.first, m.second);
+    if (m.first != kHeaderCrc32) field("M"), field(m.first), field(m.second);
   return hex32(crc);
 }
 
-std::string tensor_line(const std::string& dtype, const std::vector<int64_t>& shape) {
-  std::string s = dtype;
-  for (int64_t d : shape) s += ' ' + std::to_string(d);
-  return s;
+std::vector<std::string> tensor_fields(const std::string& dtype, const std::vector<int64_t>& shape, uint64_t begin,
+                                       uint64_t end) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i ? "," : "") + std::to_string(shape[i]);
+  return {dtype, dims, std::to_string(begin), std::to_string(end)};
 }
 
 uint64_t get_uint(const json& v, const std::string& where) {
@@ -253,8 +264,8 @@ StFile read_safetensors(const std::string& path, bool with_data) {
 
   auto hcrc = out.metadata.find(kHeaderCrc32);
   if (hcrc != out.metadata.end()) {
-    std::map<std::string, std::string> tensors;
-    for (const StEntry& e : out.entries) tensors[e.name] = tensor_line(e.dtype, e.shape);
+    TensorFields tensors;
+    for (const StEntry& e : out.entries) tensors[e.name] = tensor_fields(e.dtype, e.shape, e.begin, e.end);
     const std::string got = header_crc(tensors, out.metadata);
     if (got != hcrc->second)
       fail(DP_ERR_IO, path + ": the header is corrupted (its tensors or __metadata__ changed since it was written): its "
@@ -285,8 +296,14 @@ const char* const kHeaderCrc32 = "header_crc32";
 
 
 std::string st_header_crc32(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {
-  std::map<std::string, std::string> t, m;
-  for (const StOut& o : tensors) t[o.name] = tensor_line(o.dtype, o.shape);
+  TensorFields t;
+  std::map<std::string, std::string> m;
+  uint64_t at = 0;  // the offsets st_header gives: back to back, in this order
+  for (const StOut& o : tensors) {
+    const uint64_t end = at + st_nbytes(o);
+    t[o.name] = tensor_fields(o.dtype, o.shape, at, end);
+    at = end;
+  }
   for (const auto& kv : metadata) m[kv.first] = kv.second;
   return header_crc(t, m);
 }
@@ -299,6 +316,14 @@ std::string st_data_crc32(const std::vector<StOut>& tensors) {
     crc = crc32_update(crc, t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype)));
   }
   return hex32(crc);
+}
+
+uint64_t st_nbytes(const StOut& t) {
+  const size_t esize = st_dtype_size(t.dtype);
+  if (!esize) fail(DP_ERR_INTERNAL, "unknown safetensors dtype '" + t.dtype + "'");
+  uint64_t numel = 1;
+  for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+  return numel * esize;
 }
 
 std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {
@@ -315,11 +340,7 @@ std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::
   for (const StOut& t : tensors) {
     if (t.name == "__metadata__") fail(DP_ERR_INVALID_ARGUMENT, "a tensor cannot be named __metadata__");
     if (h.contains(t.name)) fail(DP_ERR_INVALID_ARGUMENT, "two tensors are named '" + t.name + "'");
-    size_t esize = st_dtype_size(t.dtype);
-    if (!esize) fail(DP_ERR_INTERNAL, "unknown safetensors dtype '" + t.dtype + "'");
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    uint64_t end = at + numel * esize;
+    uint64_t end = at + st_nbytes(t);
     h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, end}}};
     at = end;
   }

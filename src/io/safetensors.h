@@ -14,9 +14,11 @@
 // "data_crc32", zlib's CRC-32 of the whole data buffer as 8 lowercase hex
 // digits. Reading the data verifies it when the file has it; files without it
 // (PyTorch's, older checkpoints) read as before. And one of the header:
-// "header_crc32", the CRC-32 of each tensor's name, dtype and shape and each
-// other __metadata__ key and value, in a canonical order (st_header_crc32);
-// verified by every read (header only too) when the file has it.
+// "header_crc32", zlib's CRC-32 over, for each tensor in name order, the
+// fields T, name, dtype, shape (dims joined by ','), begin, end (decimal),
+// then for each other __metadata__ key in key order, M, key, value; each
+// field written as <decimal byte length>:<bytes> (st_header_crc32). Verified
+// by every read (header only too) when the file has it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +71,9 @@ extern const char* const kHeaderCrc32;  // "header_crc32"
 // The value of kHeaderCrc32 for a file of these tensors and metadata (the
 // metadata's own kHeaderCrc32, if any, left out).
 std::string st_header_crc32(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata);
+
+// The bytes of tensor t's data: its shape's element count times its dtype's size.
+uint64_t st_nbytes(const StOut& t);
 
 // The file's first bytes: the 8-byte size and the padded JSON header, with
 // offsets for the tensors in the order given. Throws DP_ERR_INVALID_ARGUMENT

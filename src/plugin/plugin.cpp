@@ -556,18 +556,29 @@ std::string join(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-std::string installed_plugin_dir() {
-  // <libdir>/dp/plugins, libdir being the folder this library was loaded
-  // from: pkg-config's plugindir for an installed dp, wherever it was moved.
+namespace {
+// <libdir>/dp/plugins, libdir being the folder libdp.so was loaded from
+// (pkg-config's plugindir for an installed dp, wherever it was moved); ""
+// where that is unknown. Worked out once, as the library loads: a relative
+// path it was opened by (dlopen("build/src/libdp.so")) means the directory
+// current then, not after a chdir. Only a shared libdp counts: linked into a
+// program, dladdr names the program (argv[0], a bare name resolved against
+// whatever directory is current), which must not decide what a model loads.
+std::string find_installed_plugin_dir() {
   Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&installed_plugin_dir), &info) || !info.dli_fname) return "";
+  if (!dladdr(reinterpret_cast<void*>(&find_installed_plugin_dir), &info) || !info.dli_fname) return "";
+  const std::string file = info.dli_fname;
+  const std::string base = file.substr(file.rfind('/') + 1);
+  if (base.compare(0, 8, "libdp.so") != 0) return "";
   char real[PATH_MAX];
   if (!realpath(info.dli_fname, real)) return "";
-  std::string lib = real;
-  const size_t slash = lib.rfind('/');
-  if (slash == std::string::npos) return "";
-  return lib.substr(0, slash) + "/dp/plugins";
+  const std::string lib = real;
+  return lib.substr(0, lib.rfind('/')) + "/dp/plugins";
 }
+const std::string g_installed_plugin_dir = find_installed_plugin_dir();
+}  // namespace
+
+std::string installed_plugin_dir() { return g_installed_plugin_dir; }
 
 std::string resolve_plugin_path(const std::string& entry, const std::string& base_dir, std::string* tried, bool search_base) {
   std::vector<std::string> candidates;

@@ -52,8 +52,9 @@ class Plugins {
 };
 
 // The plugins installed with this library: <folder of libdp.so>/dp/plugins,
-// which is pkg-config's plugindir once dp is installed ("" if unknown). In a
-// build tree it names a folder that does not exist.
+// which is pkg-config's plugindir once dp is installed, found as the library
+// loads; "" when dp is not a shared libdp.so* (linked into a program) or its
+// path is unknown. In a build tree it names a folder that does not exist.
 std::string installed_plugin_dir();
 
 // Where load() would look for entry: the file it finds, or "" (with the

@@ -108,27 +108,35 @@ StParts split(const std::string& bytes) {
 
 // __metadata__ "header_crc32" as dp computes it (io/safetensors.h), written
 // here from its description: zlib's CRC-32 over, for each tensor in name
-// order, 'T' name '\0' dtype (' ' dim)* '\n', then for each metadata key but
-// header_crc32 in key order, 'M' key '\0' value '\n'; 8 lowercase hex digits.
+// order, the fields T, name, dtype, shape (dims joined by ','), begin, end;
+// then for each metadata key but header_crc32 in key order, M, key, value;
+// each field as <decimal length>:<bytes>; 8 lowercase hex digits.
 std::string header_crc32(const ojson& header) {
-  std::map<std::string, std::string> tensors, meta;
+  std::map<std::string, std::vector<std::string>> tensors;
+  std::map<std::string, std::string> meta;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it.value().begin(); m != it.value().end(); ++m)
         if (m.key() != "header_crc32") meta[m.key()] = m.value().get<std::string>();
       continue;
     }
-    std::string line = it.value()["dtype"].get<std::string>();
-    for (const auto& d : it.value()["shape"]) line += " " + std::to_string(d.get<int64_t>());
-    tensors[it.key()] = line;
+    std::string dims;
+    for (const auto& d : it.value()["shape"]) dims += (dims.empty() ? "" : ",") + std::to_string(d.get<int64_t>());
+    const auto& off = it.value()["data_offsets"];
+    tensors[it.key()] = {it.value()["dtype"].get<std::string>(), dims, std::to_string(off[0].get<uint64_t>()),
+                         std::to_string(off[1].get<uint64_t>())};
   }
   uLong crc = crc32(0L, Z_NULL, 0);
-  auto add = [&crc](char tag, const std::string& k, const std::string& v) {
-    const std::string line = std::string(1, tag) + k + std::string(1, '\0') + v + "\n";
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(line.data()), static_cast<uInt>(line.size()));
+  auto field = [&crc](const std::string& f) {
+    const std::string bytes = std::to_string(f.size()) + ":" + f;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()));
   };
-  for (const auto& t : tensors) add('T', t.first, t.second);
-  for (const auto& m : meta) add('M', m.first, m.second);
+  for (const auto& t : tensors) {
+    field("T");
+    field(t.first);
+    for (const auto& f : t.second) field(f);
+  }
+  for (const auto& m : meta) field("M"), field(m.first), field(m.second);
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
   return hex;
@@ -762,6 +770,13 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
     corrupted([](ojson& h) { h["__metadata__"]["optimizer_steps"] = "9"; });
     corrupted([](ojson& h) { h["__metadata__"]["group_step"] = "0"; });
     corrupted([](ojson& h) { h["__metadata__"]["extra"] = "x"; });
+    corrupted([](ojson& h) {  // two tensors of one size trading places: their offsets swapped
+      std::swap(h["0.weight"]["data_offsets"], h["optimizer.exp_avg.0.weight"]["data_offsets"]);
+    });
+    corrupted([](ojson& h) {  // one value split into two keys whose bytes run together the same way
+      h["__metadata__"]["format"] = "dp-check";
+      h["__metadata__"]["formau"] = "point-1";
+    });
     corrupted([](ojson& h) {
       h["optimizer.exp_avg_sq.4.bjas"] = h["optimizer.exp_avg_sq.4.bias"];
       h.erase("optimizer.exp_avg_sq.4.bias");
@@ -810,7 +825,7 @@ TEST_CASE("checkpoint: damaged or mismatched checkpoints change nothing") {
   CHECK(bitwise_equal(tr.buffers(), ref.buffers()));
 }
 
-TEST_CASE("checkpoint: one without data_crc32 and header_crc32 (written before dp recorded them) still loads") {
+TEST_CASE("checkpoint: one without data_crc32, header_crc32 and optimizer_config (written before dp recorded them) still loads") {
   TmpDir dir;
   std::string path = dir / "ckpt.safetensors", old = dir / "old.safetensors";
   Trainer src(kNet, kAdam);
@@ -819,8 +834,8 @@ TEST_CASE("checkpoint: one without data_crc32 and header_crc32 (written before d
   StParts parts = split(read_bytes(path));
   REQUIRE(parts.header["__metadata__"].contains("data_crc32"));
   REQUIRE(parts.header["__metadata__"]["header_crc32"] == header_crc32(parts.header));  // the test's own computation
-  parts.header["__metadata__"].erase("data_crc32");
-  parts.header["__metadata__"].erase("header_crc32");
+  REQUIRE(parts.header["__metadata__"].contains("optimizer_config"));
+  for (const char* key : {"data_crc32", "header_crc32", "optimizer_config"}) parts.header["__metadata__"].erase(key);
   write_bytes(old, join_raw(parts.header, parts.data));
   Trainer tr(kNet, kAdam);
   DP_REQUIRE_OK(dp_checkpoint_load(old.c_str(), tr.g, tr.opt, nullptr));

@@ -414,10 +414,19 @@ TEST_CASE("plugins: a model file loads no code unless allowed: \"plugins\" by pa
     CHECK(c.count() == 0);
     CHECK(m == nullptr);
     // A bare name is looked for in DP_PLUGIN_PATH and dp's own plugin folder
-    // (<folder of libdp.so>/dp/plugins: none in a build tree; an installed
-    // copy's is tested by tests/install/use_dp.cpp), not next to the model.
+    // (<folder of libdp.so>/dp/plugins: an installed copy's is tested by
+    // tests/install/use_dp.cpp), not next to the model. This test links dp
+    // into its program: no plugin folder, not even one next to the program
+    // (dladdr would name the program, whose argv[0] may resolve anywhere).
+    fs::path exe = fs::read_symlink("/proc/self/exe");
+    fs::path beside = exe.parent_path() / "dp" / "plugins";
+    const bool made = !fs::exists(beside);
+    fs::create_directories(beside);
+    fs::copy_file(PLUGIN_SWISH, beside / "swish.so", fs::copy_options::overwrite_existing);
     require_error(dp_model_from_file(c.ctx, bare.c_str(), &m), DP_ERR_PLUGIN,
-                  {"/plugins/0: plugin 'swish' not found", "/dp/plugins/swish.so", "dp's own plugin folder"});
+                  {"/plugins/0: plugin 'swish' not found", "dp's own plugin folder"});
+    fs::remove(beside / "swish.so");
+    if (made) fs::remove_all(exe.parent_path() / "dp");
     setenv("DP_PLUGIN_PATH", (dir / "sub" / "libs").c_str(), 1);
     DP_REQUIRE_OK(dp_model_from_file(c.ctx, bare.c_str(), &m));
     dp_model_destroy(m);

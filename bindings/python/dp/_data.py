@@ -1,9 +1,11 @@
 """Datasets (IDX, CIFAR-10, arrays, Python callbacks; FashionMNIST) and the
 DataLoader that batches them on worker threads."""
 import atexit
+import collections
 import ctypes
 import math
 import os
+import re
 import sys
 import threading
 import warnings
@@ -22,20 +24,27 @@ from ._util import _Owner, _integer_inputs, _converting, _destroy, _dumps, _hand
 # or the caller's with num_workers=0): a DataLoader garbage-collected there
 # must not be destroyed there (its destructor would join the running thread).
 _in_callback = threading.local()
-# Loaders whose last reference went inside a callback: (handle, dataset, the
-# Python callbacks it calls), destroyed by the next DataLoader call outside
-# one (or at exit), the callbacks kept alive until then.
-_deferred = []
-_deferred_lock = threading.Lock()
+# Loaders whose last reference went inside a callback: (handle, the dataset
+# whose Python callbacks it calls), destroyed by the next DataLoader call
+# outside one (or at exit), the callbacks kept alive until then. A deque and
+# no lock: append and popleft are atomic, and a collection that runs while
+# this drains may add to it (a lock would be taken twice on one thread).
+_deferred = collections.deque()
+
+
+# How libdp reports a get_item failure (src/data/callbacks.cpp), with the
+# exception type our get_item wrote: the sample whose interrupt to raise.
+_CALLBACK_FAILED = re.compile(r'dataset callback failed at index (\d+): (?:KeyboardInterrupt|SystemExit):')
 
 
 def _destroy_deferred():
     if not _deferred or getattr(_in_callback, 'depth', 0):
         return
-    with _deferred_lock:
-        items = _deferred[:]
-        del _deferred[:]
-    for h, _keep in items:
+    while True:
+        try:
+            h, _dataset = _deferred.popleft()
+        except IndexError:
+            return
         _lib.loader_destroy(h)
 
 
@@ -45,8 +54,9 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts)
     n_t = math.prod(target_shape)
 
     def get_item(user, index, inp, tgt, err, cap):
-        _in_callback.depth = getattr(_in_callback, 'depth', 0) + 1
+        depth = getattr(_in_callback, 'depth', 0)
         try:
+            _in_callback.depth = depth + 1
             x, y = fn(index)
             xa = np.asarray(x)
             if xa.dtype.kind in 'iub':
@@ -74,13 +84,13 @@ def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts)
             return 0
         except BaseException as e:  # noqa: B902 (reported through the batch, as PyTorch does)
             if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: not the batch's fault
-                interrupts.append(e)  # DataLoader.next_batch raises it in place of the batch's dp.Error
+                interrupts[int(index)] = e  # next_batch raises it in place of that sample's batch's dp.Error
             msg = f'{type(e).__name__}: {e}'.encode('utf-8', 'replace')[:max(int(cap) - 1, 0)]
             if cap:
                 ctypes.memmove(err, msg + b'\0', len(msg) + 1)
             return 1
         finally:
-            _in_callback.depth -= 1
+            _in_callback.depth = depth
     return get_item
 
 
@@ -169,7 +179,7 @@ class Dataset(_Owner):
         target_dtype = _dtype_name(target_dtype) or 'int64'
         nd, shp = _shape_in(sample_shape, 'from_callback: sample_shape')
         tnd, tshp = _shape_in(target_shape, 'from_callback: target_shape')
-        interrupts = []
+        interrupts = {}  # sample index -> the KeyboardInterrupt/SystemExit its get_item raised
         fn = _lib.GET_ITEM_FN(_callback_get_item(get_item, tuple(shp[:nd]), target_dtype, tuple(tshp[:tnd]), interrupts))
         cb = _lib.DatasetCallbacks(ctypes.sizeof(_lib.DatasetCallbacks), None, _int(length, 'from_callback: length'),
                                    fn, _lib.RELEASE_FN())
@@ -304,8 +314,7 @@ class DataLoader(_Owner):
         garbage-collected)."""
         if getattr(_in_callback, 'depth', 0) and getattr(self, '_h', None) is not None:
             # Inside a dataset callback (a collection ran there): later, elsewhere.
-            with _deferred_lock:
-                _deferred.append((self._h, getattr(self, 'dataset', None)))
+            _deferred.append((self._h, getattr(self, 'dataset', None)))
             self._h = None
             return
         _destroy(self, _lib.loader_destroy if _lib else None)
@@ -369,12 +378,15 @@ class DataLoader(_Owner):
         rows = ctypes.c_int64()
         try:
             _check(_lib.loader_next(self._handle(), x._h, y._h, ctypes.byref(rows)))
-        except Error:
+        except Error as e:
+            # Ctrl-C in get_item: the user's stop, not a failed batch to skip. Only this batch's
+            # own (the sample its error names): another loader of the dataset, or a batch read
+            # ahead and never taken, may have left others.
             interrupts = getattr(self.dataset, '_interrupts', None)
-            if interrupts:  # Ctrl-C in get_item: the user's stop, not a failed batch to skip
-                first = interrupts[0]
-                interrupts.clear()
-                raise first
+            m = _CALLBACK_FAILED.search(str(e)) if interrupts else None
+            stop = interrupts.pop(int(m.group(1)), None) if m else None
+            if stop is not None:
+                raise stop
             raise
         if not rows.value:
             self._spare = (x, y)  # the end-of-epoch fill stays in the spare pair

@@ -9,7 +9,7 @@ import os
 
 from . import _lib
 from ._context import _ctx, device_count
-from ._errors import (ArgumentTypeError, Error, InvalidArgumentError, ModelError, StateDictError, UnknownKeyError,
+from ._errors import (ArgumentTypeError, InvalidArgumentError, ModelError, ShapeError, StateDictError, UnknownKeyError,
                       UnsupportedError, _check)
 from ._tensor import Tensor, as_tensor, tensor
 from ._util import (_INT64, _Owner, _as_f32, _converting, _integer_inputs, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
@@ -158,7 +158,7 @@ class Model(_Owner):
         try:
             m.set_parameters(self.parameters())
             m.set_buffers(self.buffers())
-        except Error as e:  # the file changed since this model was built from it
+        except (InvalidArgumentError, ModelError, ShapeError) as e:  # the file changed since the model was built
             where = os.fsdecode(source) if kind == 'file' else 'its JSON'
             raise ModelError(f'copy.deepcopy(model): the copy, built again from {where}, does not take this '
                              f'model\'s weights (was the file changed?): {e}') from e

@@ -292,6 +292,34 @@ def test_ctrl_c_in_a_callback_stops_the_loop(workers, stop):
         next(it)
 
 
+def test_an_interrupt_read_ahead_and_never_taken_stays_with_its_sample():
+    """A KeyboardInterrupt that a loader's workers met reading ahead, in a batch nobody took, is
+    not raised by another loader's ordinary failure over the same dataset (it was: any next
+    failure raised whatever interrupt the dataset held)."""
+    import time
+    state = {'bad': False}
+
+    def get(i):
+        if i == 9:
+            raise KeyboardInterrupt('read ahead')
+        if i == 1 and state['bad']:
+            raise KeyError('sample 1 is missing')
+        return np.zeros(2, np.float32), 0
+    ds = dp.Dataset.from_callback(get, 12, (2,))
+    a = dp.DataLoader(ds, batch_size=2, num_workers=2, prefetch=4)
+    next(iter(a))
+    for _ in range(200):  # the workers reach sample 9 (batch 4) on their own
+        if ds._interrupts:
+            break
+        time.sleep(0.05)
+    assert 9 in ds._interrupts
+    a.close()
+    state['bad'] = True
+    b = dp.DataLoader(ds, batch_size=2)
+    with pytest.raises(dp.InvalidArgumentError, match='sample 1 is missing'):
+        list(b)
+
+
 def test_a_loader_collected_inside_its_own_callback():
     """A garbage collection that runs inside a dataset callback on a loader's worker thread may free
     that DataLoader when a reference cycle is all that holds it: its destructor joins the worker
@@ -320,7 +348,7 @@ def test_a_loader_collected_inside_its_own_callback():
     assert collected.wait(20)
     assert handle in [h.value for h, _ in _data._deferred]  # not destroyed on the worker thread
     dp.DataLoader(dp.Dataset.from_arrays(np.zeros((2, 2), np.float32), np.zeros(2, np.int64)), batch_size=1).close()
-    assert _data._deferred == []
+    assert not _data._deferred
 
 
 def test_checkpoints(tmp_path, mnist_dir):

@@ -9,7 +9,6 @@
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "io/checkpoint.h"
-#include <nlohmann/json.hpp>
 
 #include "data/handles.h"
 #include "io/onnx.h"

@@ -263,6 +263,11 @@ def tensor(data, dtype=None, ctx=None):
         return _tensor_from_sequence(data, dtype, ctx)
     with _converting(f'dp.tensor: {type(data).__name__} as an array'):
         a = np.asarray(data)
+    if a.dtype.kind == 'O':  # NumPy keeps Python ints past int64 as objects: they became float32 silently
+        big = next((v for v in a.flat if isinstance(v, int) and not -(1 << 63) <= v < (1 << 63)), None)
+        if big is not None:
+            raise InvalidArgumentError(f'dp.tensor: the integer {big} does not fit int64 (torch.tensor raises '
+                                       'too); give floats (float(x)) for float32')
     name = _dtype_name(dtype) or ('int64' if a.dtype.kind in 'iub' else 'float32')
     with _converting(f'dp.tensor: {type(data).__name__} of dtype {a.dtype} as {name}'):
         a = np.asarray(a, dtype=name, order='C')  # (ascontiguousarray would make a 0-d array 1-d)

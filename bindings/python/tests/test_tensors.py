@@ -146,3 +146,13 @@ def test_loader_never_refills_a_viewed_batch():
         seen.add(id(bx))
     assert len(seen) == 2
     assert bx.numpy()[0, 0] == 36  # the end of the epoch left the last batch alone
+
+
+def test_an_integer_past_int64_is_refused_not_rounded_to_float32():
+    """NumPy keeps 2**70 as a Python object; dp.tensor turned it into float32 1.18e21 silently
+    (torch.tensor raises "Overflow when unpacking long")."""
+    for data in ([2 ** 70], [[1, -(2 ** 63) - 1]]):
+        with pytest.raises(dp.InvalidArgumentError, match='does not fit int64'):
+            dp.tensor(data)
+    assert dp.tensor([2 ** 63 - 1]).tolist() == [2 ** 63 - 1]
+    assert dp.tensor([1.5, 2 ** 70 * 1.0]).dtype == 'float32'

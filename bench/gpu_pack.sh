@@ -3,7 +3,7 @@
 # PyTorch but no Debian -dev packages (the lent H200): the build tree's
 # programs and modules (rpaths are $ORIGIN-relative, so the layout is kept,
 # debug information stripped) plus the runtime libraries such a machine lacks
-# (OpenBLAS and its gfortran, Gloo and its own) in runtime-libs/, which bench/gpu.sh puts on
+# (OpenBLAS and its gfortran, Gloo and its own, ONNX and protobuf) in runtime-libs/, which bench/gpu.sh puts on
 # LD_LIBRARY_PATH. cuBLAS, cuDNN and NCCL come from the machine (PyTorch's
 # pip packages), as the same major versions.
 #
@@ -26,9 +26,9 @@ find . -path ./meson-private -prune -o \( -type f -o -type l \) \( -perm -u+x -o
     [ -L "$f" ] || strip --strip-debug "$dst/$f" 2>/dev/null || true
   done
 mkdir -p "$dst/runtime-libs"
-# OpenBLAS and Gloo (process groups), with what they load that such a
+# OpenBLAS, Gloo (process groups) and ONNX (export), with what they load that such a
 # machine may lack; the C and C++ runtimes and CUDA's libraries are its own.
-for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-/ {print $3}'); do
+for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-|libonnx|libprotobuf/ {print $3}'); do
   cp -L "$lib" "$dst/runtime-libs/"
 done
 # DP_PACK_DATA=1: Fashion-MNIST too (30 MB, for gpu.sh's 5-epoch accuracy check).

@@ -707,6 +707,15 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
     info_.pop_back();
     throw;
   }
+  // A library with CUDA code registered its kernels with the CUDA runtime as
+  // it loaded; unloaded and loaded again, its launches failed ("invalid
+  // argument"). It stays loaded until the process ends (RTLD_NODELETE, set on
+  // the open library; the extra reference is dropped at once).
+  for (const auto& h : reg.pending)
+    if (h->t.device_impls) {
+      if (void* keep = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) dlclose(keep);
+      break;
+    }
 }
 
 }  // namespace dp

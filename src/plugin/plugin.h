@@ -6,7 +6,9 @@
 //
 // Lifetime: the library stays open while anything refers to it: the context
 // (Plugins), the registry's factories, and every layer built from its types;
-// dlclose runs when the last of these goes.
+// dlclose runs when the last of these goes. A library that gave CUDA code
+// (dp_plugin_device_impls) is never unloaded: the CUDA runtime keeps its
+// kernels registered until the process ends.
 #pragma once
 #include <map>
 #include <memory>

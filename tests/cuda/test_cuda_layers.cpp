@@ -77,6 +77,19 @@ void device_sync() {
 
 Tensor dev_tensor() { return Tensor(g_env.alloc); }
 
+// A copy's failure names its cause: an error left by earlier work (reported
+// by the next runtime call), or a pointer that is not this device's memory.
+void expect_device_pointer(const void* p, const char* what) {
+  CU(cudaGetLastError());  // an earlier call's error, not this copy's
+  cudaPointerAttributes a{};
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  cudaGetLastError();
+  REQUIRE_MESSAGE((e == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == g_env.device),
+                  what << " " << p << " is not cuda:" << g_env.device << " memory (cudaPointerGetAttributes: "
+                       << std::string(cudaGetErrorName(e)) << ", type " << int(a.type) << ", device " << a.device
+                       << ")");
+}
+
 // A device copy of a host tensor (same dtype and shape).
 Tensor to_device(const Tensor& h) {
   Tensor d = dev_tensor();
@@ -89,7 +102,9 @@ Tensor to_device(const Tensor& h) {
 // Overwrites (or first allocates) a flat device float array.
 void upload(Tensor& d, const std::vector<float>& v) {
   if (v.empty()) return;
-  if (d.numel() != static_cast<int64_t>(v.size())) d.resize(DP_F32, Shape{static_cast<int64_t>(v.size())});
+  // (a tensor never resized has shape [] and numel 1, but no memory)
+  if (d.shape() != Shape{static_cast<int64_t>(v.size())}) d.resize(DP_F32, Shape{static_cast<int64_t>(v.size())});
+  expect_device_pointer(d.data(), "upload's destination");
   CU(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
   CU(cudaDeviceSynchronize());
 }

@@ -3,6 +3,7 @@
 // training, the "plugins" key of a model's JSON and DP_PLUGIN_PATH, the
 // generic gradient and steady-state checks on plugin layers, N-device vs
 // 1-device equivalence, and checkpoints holding plugin parameters.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -252,6 +253,29 @@ TEST_CASE("plugins: host API version 2: device code registers, version-1 plugins
   for (const char* devices : {"cpu:0", "cpu:0,cpu:1,cpu:2"}) {
     CAPTURE(devices);
     CHECK(train("fixture_v2_relu", devices) == train("plugin_relu", devices));
+  }
+}
+
+TEST_CASE("plugins: a library with CUDA code stays loaded after its last user; one without is unloaded") {
+  // The CUDA runtime keeps a library's kernels registered: unloaded and loaded
+  // again (a CPU run, then a GPU run), swish's launches failed on an H200.
+  auto loaded = [](const char* path) {
+    void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h) dlclose(h);
+    return h != nullptr;
+  };
+  for (const char* path : {FIXTURE_V2_RELU, FIXTURE_PLUGIN_RELU}) {
+    CAPTURE(path);
+    const bool has_device_code = std::string(path) == FIXTURE_V2_RELU;
+    {
+      Registry types;
+      Plugins plugins;
+      plugins.load(types, path, "");
+      auto layer = make_layer(types, {{"type", has_device_code ? "fixture_v2_relu" : "plugin_relu"}});
+      CHECK(layer->runs_on_cuda() == has_device_code);
+      CHECK(loaded(path));
+    }
+    CHECK(loaded(path) == has_device_code);
   }
 }
 

@@ -327,15 +327,21 @@ def test_a_loader_collected_inside_its_own_callback():
     later, outside any callback, and what it calls stays alive until then."""
     import gc
     import threading
+    import time
     import weakref
     from dp import _data
     ref, armed, collected = [None], threading.Event(), threading.Event()
 
     def get(i):
         if i == 6 and armed.wait(20):  # a worker, assembling ahead, once the main thread let go
-            gc.collect()  # frees the loader: the cycle is all that holds it
-            if ref[0]() is None:
-                collected.set()
+            # frees the loader: the cycle is all that holds it (a collection already running on
+            # another thread makes gc.collect return at once, so until it is gone)
+            for _ in range(500):
+                gc.collect()
+                if ref[0]() is None:
+                    collected.set()
+                    break
+                time.sleep(0.01)
         return np.full(2, i, np.float32), i
     loader = dp.DataLoader(dp.Dataset.from_callback(get, 40, (2,)), batch_size=2, num_workers=2, prefetch=4)
     it = iter(loader)

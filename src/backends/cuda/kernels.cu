@@ -14,10 +14,16 @@ __global__ void add_kernel(float* __restrict__ dst, const float* __restrict__ sr
     dst[i] += src[i];
 }
 
-__global__ void sum_kernel(float* dst, Sources src, int k, int64_t n) {
+// k >= 2 sources summed in replica order, as the CPU group sums. The loop is
+// unrolled over the constant bound: a runtime index into the parameter array
+// made every thread copy it to local memory (a 1-source sum of the large
+// MLP's 67M gradients ran at 280 GB/s on an H200, against 3 TB/s for the update).
+__global__ void sum_kernel(float* __restrict__ dst, Sources src, int k, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int j = 0; j < k; ++j) s += src.p[j][i];  // in replica order, as the CPU group sums
+    float s = src.p[0][i];
+#pragma unroll
+    for (int j = 1; j < kMaxReplicasPerDevice; ++j)
+      if (j < k) s += src.p[j][i];
     dst[i] = s;
   }
 }
@@ -84,6 +90,12 @@ void cuda_add(cudaStream_t s, float* dst, const float* src, int64_t n) {
 void cuda_sum(cudaStream_t s, float* dst, const float* const* src, int k, int64_t n) {
   if (n <= 0) return;
   if (k > kMaxReplicasPerDevice) fail(DP_ERR_DEVICE, "more than " + std::to_string(kMaxReplicasPerDevice) + " replicas on one GPU");
+  if (k <= 1) {  // nothing to add: zeros, or a copy
+    if (k == 0) DP_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n) * sizeof(float), s));
+    else if (dst != src[0])
+      DP_CUDA_CHECK(cudaMemcpyAsync(dst, src[0], static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
   Sources srcs{};
   for (int j = 0; j < k; ++j) srcs.p[j] = src[j];
   sum_kernel<<<cuda_blocks(n), 256, 0, s>>>(dst, srcs, k, n);

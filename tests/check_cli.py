@@ -470,8 +470,60 @@ with tempfile.TemporaryDirectory() as tmp:
                         ('--frobnicate', "unknown option '--frobnicate' (dp train --help lists them)")]:
         r = run('train', 'mlp.json', given, '1')
         expect(r.returncode == 2 and said in r.stderr and 'not expected' not in r.stderr, f'{given}: {said}', r.stderr)
+    # Options before the model: --plugin takes one value (its list took the model: "model is required"), and
+    # --grad-scaler's optional JSON cannot be told from a model: said so.
+    r = run('train', '--plugin', SWISH, 'mlp.json', *common, '--max-steps', '1')
+    expect(r.returncode == 0, '--plugin before the model', r.stderr)
+    r = run('train', '--grad-scaler', 'mlp.json', *common, '--max-steps', '1')
+    expect(r.returncode == 2 and "--grad-scaler took 'mlp.json' as its value" in r.stderr,
+           '--grad-scaler before the model: what happened', r.stderr)
     r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', '--odd.ckpt')  # a value that begins with --
     expect(r.returncode == 0 and os.path.exists('--odd.ckpt'), 'an option value beginning with --', r.stderr)
+    # Outputs through a symbolic link, to a FIFO, to a device: written through / in place (renamed over,
+    # the link became a file, the FIFO a file and, as root, /dev/full a 2 MB file).
+    os.makedirs('real', exist_ok=True)
+    os.symlink('real/target.ckpt', 'link.ckpt')
+    r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'link.ckpt')
+    expect(r.returncode == 0 and os.path.islink('link.ckpt') and os.path.isfile('real/target.ckpt') and
+           open_header('real/target.ckpt')['__metadata__'].get('step') == '1', '--save through a symbolic link',
+           r.stderr)
+    os.mkfifo('fifo.ckpt')
+    got = []
+    reader = __import__('threading').Thread(target=lambda: got.append(open('fifo.ckpt', 'rb').read()))
+    reader.start()
+    r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'fifo.ckpt')
+    reader.join(60)
+    import stat as _stat
+    expect(r.returncode == 0 and _stat.S_ISFIFO(os.lstat('fifo.ckpt').st_mode) and got and len(got[0]) > 1000,
+           '--save into a FIFO: written in place, the FIFO stays', r.stderr)
+    if os.path.exists('/dev/full'):
+        r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', '/dev/full')
+        expect(r.returncode == 1 and 'No space left on device' in r.stderr and
+               _stat.S_ISCHR(os.stat('/dev/full').st_mode), '--save /dev/full: exit 1, the device stays', r.stderr)
+    # --accumulate: the progress line names batches and optimizer steps (its "step 40/40" counted batches).
+    r = run('train', 'mlp.json', '--data', 'synthetic:640', '--batch-size', '16', '--devices', 'cpu:0', '--workers', '0',
+            '--accumulate', '4')
+    expect(r.returncode == 0 and 'batch 40/40 (step 10)' in r.stderr and last_json(r.stdout)['steps'] == 10,
+           '--accumulate: batch and step in the progress line', r.stderr)
+    # Resumed on another number of devices, a model with batch norm (mlp.json) trains otherwise: said.
+    r = run('train', 'mlp.json', '--data', 'synthetic:640', '--batch-size', '64', '--devices', 'cpu:0,cpu:1',
+            '--workers', '0', '--max-steps', '2', '--save', 'bn.ckpt')
+    r = run('train', 'mlp.json', '--data', 'synthetic:640', '--batch-size', '64', '--devices', 'cpu:0',
+            '--workers', '0', '--max-steps', '3', '--resume', 'bn.ckpt')
+    expect(r.returncode == 0 and "batch norm's statistics are each device's" in r.stderr,
+           'resumed on other devices with batch norm: a note', r.stderr)
+    # A diverged model's NaN test loss: the result and --log stay JSON (null), not printf's "-nan".
+    r = run('train', 'mlp.json', '--data', 'synthetic:64', '--devices', 'cpu:0', '--workers', '0', '--epochs', '1',
+            '--optimizer', '{"type": "sgd", "lr": 1e30}', '--log', 'nan.jsonl', '--save-best', 'nanbest.ckpt',
+            '--best-metric', 'test_loss')
+    try:
+        result = last_json(r.stdout)
+        logged = [json.loads(line) for line in open('nan.jsonl')]
+    except (ValueError, IndexError, OSError) as e:
+        result, logged = None, str(e)
+    expect(r.returncode == 0 and result is not None and result['test_loss'] is None and
+           logged[-1]['test_loss'] is None and 'is not a number' in r.stderr and not os.path.exists('nanbest.ckpt'),
+           'a NaN test loss: null in the JSON, --save-best says why it kept nothing', r.stdout + r.stderr + str(logged))
 
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

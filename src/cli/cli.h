@@ -23,6 +23,9 @@ struct Failure : std::runtime_error {
 // Throws Failure for a non-OK status: bad input (JSON, model, shape, files,
 // arguments, devices) exits 2, the rest 1.
 void check(dp_status s, const std::string& what);
+// The same for a call that writes a file: its DP_ERR_IO (a full disk, a
+// folder gone) is a runtime failure, exit 1.
+void check_write(dp_status s, const std::string& what);
 
 template <class T, void (*Destroy)(T*)>
 struct Deleter {
@@ -80,8 +83,10 @@ int launched_rank();
 class Progress {
  public:
   Progress();
-  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double samples_per_second,
-            double eta_seconds);
+  // With accumulate > 1 the line names the batch of the epoch and the
+  // optimizer step (--log, --eval-every and "steps" count those).
+  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t accumulate, int64_t opt_step,
+            double loss, double samples_per_second, double eta_seconds);
   void line(const std::string& text);  // a finished line (epoch summary)
 
  private:

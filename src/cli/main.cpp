@@ -82,12 +82,21 @@ static void on_stop_signal(int sig) {
 // when the run first writes it (an epoch, or the whole run, later).
 // Atomic writers (checkpoints, weights, ONNX) make a temporary file beside
 // it and rename it: they need the directory; --plot writes the file itself.
+// A symbolic link, or a file that is not a regular one (/dev/null, a FIFO),
+// is written through, in place (libdp's io/whole_file.h): that file must be
+// writable.
 enum class Writer { kAtomic, kInPlace };
 static void check_writable(const std::string& path, const std::string& option, Writer how = Writer::kAtomic) {
   if (path.empty()) return;
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && (S_ISLNK(lst.st_mode) || !S_ISREG(lst.st_mode))) {
+    if (exists && ::access(path.c_str(), W_OK) != 0)
+      throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
+    return;  // (a link to a file not there yet: its folder is checked as it is written)
+  }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -191,11 +200,17 @@ static EvalResult evaluate(dp_context* ctx, dp_group* g, dp_loader* loader) {
   return r;
 }
 
-static std::string json_num(double v) {
+// A number for people (progress lines): nan, inf as such.
+static std::string text_num(double v) {
+  if (std::isnan(v)) return "nan";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
+
+// A number for the JSON dp prints (the last stdout line, --log): null when it
+// is not finite (printf's "-nan" is no JSON any reader takes).
+static std::string json_num(double v) { return std::isfinite(v) ? text_num(v) : "null"; }
 
 // What a checkpoint records besides the state: the command's settings and how
 // its inputs were prepared (the dataset, its pixels' scaling, the transforms
@@ -267,6 +282,16 @@ static void note_changed_settings(const nlohmann::json& meta, const nlohmann::js
     std::replace(flag.begin(), flag.end(), '_', '-');
     changed += (changed.empty() ? "" : ", ") + flag + " " + was[key].dump() + " -> " + value.dump();
   }
+  // Batch norm normalises over each device's share of a batch (as under
+  // nn.DataParallel): another device count changes its statistics, and so the run.
+  const nlohmann::json model = meta.contains("model") ? meta_value(meta, "model") : nlohmann::json();
+  bool batch_norm = false;
+  if (model.is_object() && model.contains("layers") && model["layers"].is_array())
+    for (const auto& l : model["layers"])
+      batch_norm = batch_norm || (l.is_object() && l.value("type", std::string()).rfind("batch_norm", 0) == 0);
+  if (batch_norm && was.contains("devices") && now.contains("devices") && was["devices"] != now["devices"])
+    changed += (changed.empty() ? "" : ", ") + std::string("devices ") + was["devices"].dump() + " -> " +
+               now["devices"].dump() + " (batch norm's statistics are each device's: the run changes)";
   if (changed.empty()) return;
   std::fprintf(stderr, "dp: note: resumed with other settings than the checkpoint's: %s%s\n", changed.c_str(),
                cosine && was.contains("epochs") && was["epochs"] != now["epochs"]
@@ -553,7 +578,7 @@ static int train(const TrainOptions& o) {
     if (batch > 0)  // inside an epoch, or after its last batch before its end (--max-steps, Ctrl-C)
       meta["epoch_loss"] = {{"sum", epoch_loss_sum}, {"rows", epoch_loss_rows}, {"step", global_step}, {"lr", step_lr}};
     if (extra.is_object()) meta.update(extra);
-    check(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), option);
+    check_write(dp_checkpoint_save(path.c_str(), group.get(), opt.get(), train_loader.get(), meta.dump().c_str()), option);
   };
   auto save = [&] {
     if (!o.save.empty()) save_to(o.save, "--save", {});
@@ -565,6 +590,9 @@ static int train(const TrainOptions& o) {
   // resumed run follows the same curve.
   // The run's optimizer steps: those before this epoch (as they ran), and
   // this run's for the rest.
+  if (steps_per_epoch > 0 && o.epochs - epoch > (INT64_MAX / 2) / steps_per_epoch)  // (a schedule's length would wrap)
+    throw Failure(kUsage, "--epochs " + std::to_string(o.epochs) + " at " + std::to_string(steps_per_epoch) +
+                              " steps each is more steps than can be counted");
   const int64_t total_steps = global_step - (batch + K - 1) / K + (o.epochs - epoch) * steps_per_epoch;
   if (schedule.is_object()) {
     fill_schedule_length(schedule, std::max<int64_t>(1, total_steps));
@@ -577,12 +605,18 @@ static int train(const TrainOptions& o) {
   auto evaluated = [&](const EvalResult& r, double epoch_at) {
     if (o.save_best.empty()) return;
     const double v = higher_is_better ? r.accuracy : r.loss;
+    if (!std::isfinite(v)) {
+      if (lead)
+        progress.line("dp: --save-best: the " + o.best_metric + " at step " + std::to_string(global_step) +
+                      " is not a number (the outputs overflow: a learning rate too high?): not a best");
+      return;
+    }
     if (!(higher_is_better ? v > best : v < best)) return;
     best = v;
     best_step = global_step;
     save_to(o.save_best, "--save-best", {{"best", {{"metric", o.best_metric}, {"value", v}, {"step", global_step}, {"epoch", epoch_at}}}});
     if (lead)
-      progress.line("dp: best " + o.best_metric + " so far, " + json_num(v) + " at step " + std::to_string(global_step) +
+      progress.line("dp: best " + o.best_metric + " so far, " + text_num(v) + " at step " + std::to_string(global_step) +
                     ": checkpoint written to " + o.save_best);
   };
 
@@ -644,7 +678,8 @@ static int train(const TrainOptions& o) {
       ++batch;
       double sps = samples / std::max(train_seconds, 1e-9);
       double left = double((o.epochs - epoch) * batches - batch) * o.batch_size / sps;
-      if (lead) progress.step(epoch, o.epochs, batch, batches, loss, sps, left);
+      if (lead)  // (the optimizer step this batch belongs to)
+        progress.step(epoch, o.epochs, batch, batches, o.accumulate, global_step + 1, loss, sps, left);
       if (!closes_step(i)) continue;  // the next batches of this step first
       ++global_step;
       if (lead) chart.step_losses.emplace_back(global_step, step_loss);
@@ -653,8 +688,8 @@ static int train(const TrainOptions& o) {
         const EvalResult r = evaluate(c, group.get(), test_loader.get());
         const double at = epoch + double(batch) / double(batches);
         if (lead)
-          progress.line("step " + std::to_string(global_step) + " (epoch " + json_num(at) + "): test loss " +
-                        json_num(r.loss) + ", test accuracy " + json_num(r.accuracy));
+          progress.line("step " + std::to_string(global_step) + " (epoch " + text_num(at) + "): test loss " +
+                        text_num(r.loss) + ", test accuracy " + text_num(r.accuracy));
         log_line("{\"step\": " + std::to_string(global_step) + ", \"epoch\": " + json_num(at) + ", \"test_loss\": " +
                  json_num(r.loss) + ", \"test_accuracy\": " + json_num(r.accuracy) + ", \"lr\": " +
                  nlohmann::json(step_lr).dump() + "}");
@@ -678,8 +713,8 @@ static int train(const TrainOptions& o) {
     epochs_done = epoch + 1;
     if (lead)
       progress.line("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs) + ": train loss " +
-                  json_num(last_loss) + ", test loss " + json_num(last_eval.loss) + ", test accuracy " +
-                  json_num(last_eval.accuracy) + " (" + json_num(now_seconds() - epoch_start) + " s)");
+                  text_num(last_loss) + ", test loss " + text_num(last_eval.loss) + ", test accuracy " +
+                  text_num(last_eval.accuracy) + " (" + text_num(now_seconds() - epoch_start) + " s)");
     log_line("{\"epoch\": " + std::to_string(epoch + 1) + ", \"step\": " + std::to_string(global_step) +
              ", \"train_loss\": " + json_num(last_loss) + ", \"test_loss\": " + json_num(last_eval.loss) +
              ", \"test_accuracy\": " + json_num(last_eval.accuracy) + ", \"samples_per_second\": " +
@@ -798,12 +833,12 @@ static int export_model(const std::string& model_path, const std::string& weight
   };
   nlohmann::json out = nlohmann::json::object();
   if (!onnx.empty()) {
-    check(dp_model_export_onnx(model.get(), onnx.c_str()), "--onnx");
+    check_write(dp_model_export_onnx(model.get(), onnx.c_str()), "--onnx");
     out["onnx"] = onnx;
     out["bytes"] = size_of(onnx);
   }
   if (!safetensors.empty()) {
-    check(dp_model_save_weights(model.get(), safetensors.c_str()), "--safetensors");
+    check_write(dp_model_save_weights(model.get(), safetensors.c_str()), "--safetensors");
     out["safetensors"] = safetensors;
     out["safetensors_bytes"] = size_of(safetensors);
   }
@@ -1055,6 +1090,8 @@ int main(int argc, char** argv) {
   plugins_cmd->add_option("paths", p_paths, "plugin files or names (searched in DP_PLUGIN_PATH, then dp's plugin folder)");
   for (auto* cmd : {train_cmd, eval_cmd, bench_cmd, export_cmd}) {
     cmd->add_option("--plugin", g_plugins, "load this layer plugin first (repeatable; a path, or a name in DP_PLUGIN_PATH or dp's plugin folder)")
+        ->expected(1)  // one per --plugin: a list would take the model after it
+        ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     cmd->add_flag("--allow-model-plugins", g_allow_model_plugins,
                   "let the model's JSON load plugin libraries it names by path (by default it may use plugins already "
@@ -1122,6 +1159,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // `dp train --grad-scaler model.json ...`: its optional value took the
+    // model (CLI11 then says only "model is required").
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && *train_cmd && t.model.empty() && grad_scaler->count() > 0 &&
+        !t.grad_scaler.empty() && t.grad_scaler.front() != '{') {
+      std::fprintf(stderr,
+                   "dp: --grad-scaler took '%s' as its value (its JSON is optional): give the model before it, or "
+                   "--grad-scaler '{}'\n",
+                   t.grad_scaler.c_str());
+      return kUsage;
+    }
     int rc = app.exit(e);
     return rc == 0 ? 0 : kUsage;
   }

@@ -18,6 +18,11 @@ void check(dp_status s, const std::string& what) {
   throw Failure(code, what + ": " + dp_last_error());
 }
 
+void check_write(dp_status s, const std::string& what) {
+  if (s == DP_ERR_IO) throw Failure(kRuntime, what + ": " + dp_last_error());  // a full disk is not bad usage
+  check(s, what);
+}
+
 // Launched by torchrun, mpirun or srun (the variables they set), this
 // process joins their process group.
 Launch join_if_launched() {
@@ -83,16 +88,19 @@ static std::string hms(double s) {
   return buf;
 }
 
-void Progress::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double sps,
-                    double eta) {
+void Progress::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t accumulate, int64_t opt_step,
+                    double loss, double sps, double eta) {
   double t = now_seconds();
   double every = tty_ ? 0.1 : 5.0;
   if (last_ >= 0 && t - last_ < every && batch != batches) return;
   last_ = t;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s",
-                (long long)epoch + 1, (long long)epochs, (long long)batch, (long long)batches, loss, sps,
-                hms(eta).c_str());
+  char buf[256], at[96];
+  if (accumulate > 1)  // batches and optimizer steps differ: both, named
+    std::snprintf(at, sizeof at, "batch %lld/%lld (step %lld)", (long long)batch, (long long)batches, (long long)opt_step);
+  else
+    std::snprintf(at, sizeof at, "step %lld/%lld", (long long)batch, (long long)batches);
+  std::snprintf(buf, sizeof buf, "epoch %lld/%lld  %s  loss %.4f  %.0f samples/s  ETA %s", (long long)epoch + 1,
+                (long long)epochs, at, loss, sps, hms(eta).c_str());
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s", buf);
     dirty_ = true;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/whole_file.h"
 #include "layers/activations.h"
 #include "layers/batch_norm.h"
 #include "layers/concat.h"
@@ -434,8 +435,6 @@ void check_model(onnx::ModelProto& mp, const Model& model, const std::vector<std
   }
 }
 
-std::string sys_error() { return std::strerror(errno); }
-
 }  // namespace
 
 bool onnx_supported() { return true; }
@@ -527,18 +526,7 @@ std::string onnx_model_bytes(const Model& model, int opset) {
 
 void export_onnx(const Model& model, const std::string& path, int opset) {
   const std::string bytes = onnx_model_bytes(model, opset);
-  const std::string tmp = path + ".tmp-" + std::to_string(static_cast<long>(getpid()));
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail(DP_ERR_IO, path + ": cannot create the temporary file '" + tmp + "': " + sys_error());
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 &&
-            fsync(fileno(f)) == 0;
-  std::string why = ok ? "" : sys_error();
-  if (std::fclose(f) != 0 && ok) ok = false, why = sys_error();
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, why = sys_error();
-  if (!ok) {
-    std::remove(tmp.c_str());
-    fail(DP_ERR_IO, path + ": cannot write the ONNX file (through '" + tmp + "'): " + why);
-  }
+  write_whole_file(path, {{bytes.data(), bytes.size()}});
 }
 
 }  // namespace dp::io

@@ -15,6 +15,7 @@
 
 #include "core/args.h"
 #include "core/error.h"
+#include "io/whole_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "dp's safetensors I/O copies host floats as little-endian: port it before building on a big-endian host"
@@ -352,67 +353,16 @@ std::string st_header(const std::vector<StOut>& tensors, const std::vector<std::
   return out + text;
 }
 
-namespace {
-
-// The temporary file: removed unless commit() ran.
-struct TempFile {
-  std::string path;
-  FILE* f = nullptr;
-  bool keep = false;
-  ~TempFile() {
-    if (f) std::fclose(f);
-    if (!keep) std::remove(path.c_str());
-  }
-};
-
-std::string dir_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<StOut>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata) {
-  std::string head = st_header(tensors, metadata);
-  TempFile tmp;
-  tmp.path = path + ".tmp-" + std::to_string(static_cast<long>(getpid()));
-  tmp.f = std::fopen(tmp.path.c_str(), "wb");
-  if (!tmp.f) {
-    tmp.keep = true;  // nothing was created
-    fail(DP_ERR_IO, path + ": cannot create the temporary file '" + tmp.path + "': " + sys_error());
-  }
-  auto put = [&](const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, tmp.f) != n) fail(DP_ERR_IO, path + ": cannot write '" + tmp.path + "': " + sys_error());
-  };
-  put(head.data(), head.size());
+  const std::string head = st_header(tensors, metadata);
+  std::vector<Piece> pieces{{head.data(), head.size()}};
   for (const StOut& t : tensors) {
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    put(t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype)));
+    pieces.push_back({t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype))});
   }
-  if (std::fflush(tmp.f) != 0) fail(DP_ERR_IO, path + ": cannot write '" + tmp.path + "': " + sys_error());
-  if (fsync(fileno(tmp.f)) != 0) fail(DP_ERR_IO, path + ": cannot fsync '" + tmp.path + "': " + sys_error());
-  FILE* f = tmp.f;
-  tmp.f = nullptr;
-  if (std::fclose(f) != 0) fail(DP_ERR_IO, path + ": cannot close '" + tmp.path + "': " + sys_error());
-  if (std::rename(tmp.path.c_str(), path.c_str()) != 0)
-    fail(DP_ERR_IO, path + ": cannot rename '" + tmp.path + "' over it: " + sys_error());
-  tmp.keep = true;
-  // Make the rename itself durable. Some file systems cannot fsync a
-  // directory (EINVAL): the file is in place, so that is not an error.
-  std::string dir = dir_of(path);
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(DP_ERR_IO, path + ": written, but cannot open its directory '" + dir + "' to fsync it: " + sys_error());
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0 && err != EINVAL) {
-    errno = err;
-    fail(DP_ERR_IO, path + ": written, but cannot fsync its directory '" + dir + "': " + sys_error());
-  }
+  write_whole_file(path, pieces);
 }
 
 }  // namespace dp::io

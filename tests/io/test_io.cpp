@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -936,12 +937,58 @@ TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and 
     CHECK(msg.find("File too large") != std::string::npos);
     CHECK(msg.find(path) != std::string::npos);
   }
-  SUBCASE("the target is a directory (rename fails)") {
+  SUBCASE("the target is a directory") {
     std::string p = dir / "adir";
     std::filesystem::create_directory(p);
     CHECK(dp_checkpoint_save(p.c_str(), a.g, a.opt, nullptr, nullptr) == DP_ERR_IO);
-    CHECK(std::string(dp_last_error()).find("cannot rename") != std::string::npos);
+    CHECK(std::string(dp_last_error()).find("Is a directory") != std::string::npos);
+    CHECK(std::filesystem::is_directory(p));
     std::filesystem::remove(p);
+  }
+  SUBCASE("a symbolic link is written through: the file it names is replaced, the link stays") {
+    // Renaming over the link replaced the link with a file, and the file it
+    // named was never written. Links to links, relative, and to a file not
+    // there yet.
+    namespace fs = std::filesystem;
+    fs::create_directory(dir / "real");
+    fs::create_symlink("real/target.safetensors", dir / "link1");
+    fs::create_symlink("link1", dir / "link2");
+    const std::string link = dir / "link2";
+    DP_REQUIRE_OK(dp_checkpoint_save(link.c_str(), a.g, a.opt, nullptr, R"({"which": "through a link"})"));
+    CHECK(fs::is_symlink(dir / "link2"));
+    CHECK(fs::is_symlink(dir / "link1"));
+    CHECK(metadata_of(dir / "real/target.safetensors")["which"] == "through a link");
+    DP_REQUIRE_OK(dp_model_save_safetensors(a.m, link.c_str()));  // weights, over the checkpoint
+    CHECK(fs::is_symlink(dir / "link2"));
+    Trainer b(kNet, kAdam);
+    DP_REQUIRE_OK(dp_model_load_safetensors(b.m, (dir / "real/target.safetensors").c_str()));
+    for (const auto& f : fs::directory_iterator(dir / "real"))
+      CHECK_MESSAGE(f.path().filename() == "target.safetensors", "left behind: " << f.path());
+    fs::remove_all(dir / "real");
+    fs::remove(dir / "link1");
+    fs::remove(dir / "link2");
+  }
+  SUBCASE("a symbolic link loop is an error, not a hang") {
+    namespace fs = std::filesystem;
+    fs::create_symlink("loop_b", dir / "loop_a");
+    fs::create_symlink("loop_a", dir / "loop_b");
+    const std::string p = dir / "loop_a";
+    CHECK(dp_checkpoint_save(p.c_str(), a.g, a.opt, nullptr, nullptr) == DP_ERR_IO);
+    CHECK(std::string(dp_last_error()).find("too many levels of symbolic links") != std::string::npos);
+    CHECK(fs::is_symlink(dir / "loop_a"));
+    fs::remove(dir / "loop_a");
+    fs::remove(dir / "loop_b");
+  }
+  SUBCASE("a device is written in place, never replaced by a file (as root, /dev/null became a file)") {
+    struct stat st {};
+    if (::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode) && ::access("/dev/null", W_OK) == 0) {
+      DP_REQUIRE_OK(dp_checkpoint_save("/dev/null", a.g, a.opt, nullptr, nullptr));
+      DP_REQUIRE_OK(dp_model_save_safetensors(a.m, "/dev/null"));
+      REQUIRE(::stat("/dev/null", &st) == 0);
+      CHECK(S_ISCHR(st.st_mode));
+    } else {
+      MESSAGE("no writable /dev/null here: not checked");
+    }
   }
   SUBCASE("bad user metadata fails before anything is written") {
     CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, "{oops") == DP_ERR_JSON);

@@ -6,7 +6,7 @@
 #
 # There it unpacks the bundle into /tmp/build, runs bench/gpu.sh's stages 2 and
 # 5 (the CUDA tests, the plugin overhead), then the Python suite on that build,
-# then (only if the tests passed, or FORCE=1) the stages in STAGES2 within
+# then (only if both passed, or FORCE=1) the stages in STAGES2 within
 # TOTAL seconds of the call's start, and packs every log into
 # $OUTDIR/logs.tar.gz: the tool returns at most 8 files, two folders down.
 #
@@ -20,6 +20,7 @@ root=$(dirname "$here")
 cd "$root"
 : "${OUTDIR:?set OUTDIR to the device tool OUT folder}"
 t0=$(date +%s)
+rm -rf /tmp/o1 /tmp/o2  # (a warm machine keeps the last call's)
 tar -xJf .gpu/bundle.tar.xz -C /tmp || { echo "no .gpu/bundle.tar.xz: run bench/gpu_pack.sh here first, carry .gpu"; exit 3; }
 export DP_BUILD=/tmp/build PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 nv=$("$PYTHON" -c 'import nvidia, os; print(":".join(sorted({r for b in nvidia.__path__ for r, d, f in os.walk(b) if os.path.basename(r) == "lib"})))' 2>/dev/null)
@@ -31,6 +32,7 @@ rc=$?
 py=$?
 echo "tests rc=$rc, Python suite rc=$py, after $(( $(date +%s) - t0 )) s"
 left=$(( ${TOTAL:-540} - ($(date +%s) - t0) ))
+[ "$rc" = 0 ] && rc=$py
 if { [ "$rc" = 0 ] || [ "${FORCE:-0}" = 1 ]; } && [ "$left" -gt 60 ]; then
   OUT=/tmp/o2 STAGES="${STAGES2:-6 7 3 4}" BUDGET_S=$left ROUNDS=${ROUNDS:-2} bash "$here/gpu.sh" 2>&1 | tee "$OUTDIR/stages.txt"
   echo "stages rc=$? after $(( $(date +%s) - t0 )) s"

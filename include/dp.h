@@ -662,7 +662,7 @@ DP_API dp_status dp_model_save_safetensors(const dp_model* m, const char* path);
  * norm's running_var, so that the file holds exactly the keys of PyTorch's
  * state_dict() for the same architecture and
  * model.load_state_dict(safetensors.torch.load_file(path)) takes it with
- * strict=True. Written atomically. */
+ * strict=True. Written as every file dp writes (dp_checkpoint_save). */
 DP_API dp_status dp_model_save_weights(const dp_model* m, const char* path);
 /* The model with its current weights as an ONNX file (opset 17, IR version 8)
  * for inference runtimes such as ONNX Runtime: evaluation form (batch norm
@@ -670,11 +670,11 @@ DP_API dp_status dp_model_save_weights(const dp_model* m, const char* path);
  * "output", float32, [N, ...] with a symbolic batch dimension N;
  * initializers named as the state_dict ("0.weight"); the model JSON in the
  * metadata property "dp.model". Checked with ONNX's checker, then written to
- * a temporary file, fsynced and renamed over path. DP_ERR_MODEL for a layer
- * whose type has no ONNX mapping (a plugin's: the message names the layer
- * and its type) or weights over ONNX's 2 GiB; DP_ERR_IO for a path that
- * cannot be written, or a libdp built without ONNX support (Debian's
- * libonnx-dev). On failure nothing is written. */
+ * path as every file dp writes (see "Files dp writes" below). DP_ERR_MODEL
+ * for a layer whose type has no ONNX mapping (a plugin's: the message names
+ * the layer and its type) or weights over ONNX's 2 GiB; DP_ERR_IO for a path
+ * that cannot be written, or a libdp built without ONNX support (Debian's
+ * libonnx-dev). */
 DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
 /* A training checkpoint: parameters, buffers, the optimizer's state (opt may
  * be NULL), the loader's position (loader may be NULL), the group's step, and
@@ -682,9 +682,16 @@ DP_API dp_status dp_model_export_onnx(const dp_model* m, const char* path);
  * dp_checkpoint_load compares) and user_metadata_json (a JSON object, may be
  * NULL), "data_crc32", the CRC-32 of the tensor data, and "header_crc32",
  * that of the tensors' names, dtypes and shapes and every other metadata
- * key and value. Written to a
- * temporary file, fsynced and renamed: a crash never leaves a half-written
- * checkpoint. */
+ * key and value. Written as every file dp writes:
+ *
+ * Files dp writes (checkpoints, weights, ONNX): to a new temporary file
+ * beside path, fsynced and renamed over it, so a crash or a failed write
+ * leaves the old file or the new one, never half of one; a replaced file
+ * keeps its permissions. A symbolic link to an existing file is followed by
+ * the kernel (fs.protected_symlinks applies) and that file replaced, the
+ * link kept; a link to nothing is DP_ERR_IO. An existing file that is not a
+ * regular one (/dev/null, a FIFO, /dev/stdout) is written in place, as far as
+ * the write got; a FIFO without a reader is DP_ERR_IO at once. */
 DP_API dp_status dp_checkpoint_save(const char* path, const dp_group* g, const dp_optimizer* opt,
                                     const dp_loader* loader, const char* user_metadata_json);
 /* Restores what dp_checkpoint_save wrote into the same model's group (the

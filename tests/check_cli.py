@@ -482,20 +482,30 @@ with tempfile.TemporaryDirectory() as tmp:
     # Outputs through a symbolic link, to a FIFO, to a device: written through / in place (renamed over,
     # the link became a file, the FIFO a file and, as root, /dev/full a 2 MB file).
     os.makedirs('real', exist_ok=True)
+    open('real/target.ckpt', 'w').close()
     os.symlink('real/target.ckpt', 'link.ckpt')
     r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'link.ckpt')
     expect(r.returncode == 0 and os.path.islink('link.ckpt') and os.path.isfile('real/target.ckpt') and
            open_header('real/target.ckpt')['__metadata__'].get('step') == '1', '--save through a symbolic link',
            r.stderr)
+    import stat as _stat
     os.mkfifo('fifo.ckpt')
+    r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'fifo.ckpt')  # no reader: an error, no wait
+    expect(r.returncode == 1 and 'a FIFO with no reader' in r.stderr, '--save into a FIFO without a reader', r.stderr)
     got = []
-    reader = __import__('threading').Thread(target=lambda: got.append(open('fifo.ckpt', 'rb').read()))
+    reader = __import__('threading').Thread(target=lambda: got.append(open('fifo.ckpt', 'rb').read()), daemon=True)
     reader.start()
+    time.sleep(0.2)  # (its open waits for the writer: it is the reader dp's open finds)
     r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'fifo.ckpt')
     reader.join(60)
-    import stat as _stat
+    if reader.is_alive():  # dp never opened it: let the reader's open return
+        os.close(os.open('fifo.ckpt', os.O_WRONLY | os.O_NONBLOCK))
     expect(r.returncode == 0 and _stat.S_ISFIFO(os.lstat('fifo.ckpt').st_mode) and got and len(got[0]) > 1000,
            '--save into a FIFO: written in place, the FIFO stays', r.stderr)
+    os.symlink('real/nothing.ckpt', 'dangling.ckpt')
+    r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', 'dangling.ckpt')
+    expect(r.returncode == 2 and 'a symbolic link to a file that does not exist' in r.stderr and
+           'epoch 1' not in r.stderr, '--save through a link to nothing: refused before training', r.stderr)
     if os.path.exists('/dev/full'):
         r = run('train', 'mlp.json', *common, '--max-steps', '1', '--save', '/dev/full')
         expect(r.returncode == 1 and 'No space left on device' in r.stderr and
@@ -521,6 +531,11 @@ with tempfile.TemporaryDirectory() as tmp:
         logged = [json.loads(line) for line in open('nan.jsonl')]
     except (ValueError, IndexError, OSError) as e:
         result, logged = None, str(e)
+    r2 = run('train', 'mlp.json', '--data', 'synthetic:640', '--devices', 'cpu:0', '--workers', '0', '--max-steps', '5',
+             '--optimizer', '{"type": "sgd", "lr": 1e30}')
+    import re as _re
+    expect(r2.returncode == 1 and _re.search(r'the loss is \w+ in training batch [2-5] \(counting from 1\)', r2.stderr),
+           'a NaN loss names its batch, counting from 1', r2.stderr)
     expect(r.returncode == 0 and result is not None and result['test_loss'] is None and
            logged[-1]['test_loss'] is None and 'is not a number' in r.stderr and not os.path.exists('nanbest.ckpt'),
            'a NaN test loss: null in the JSON, --save-best says why it kept nothing', r.stdout + r.stderr + str(logged))

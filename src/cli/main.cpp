@@ -93,9 +93,25 @@ static void check_writable(const std::string& path, const std::string& option, W
   if (exists && S_ISDIR(st.st_mode)) throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) == 0 && (S_ISLNK(lst.st_mode) || !S_ISREG(lst.st_mode))) {
-    if (exists && ::access(path.c_str(), W_OK) != 0)
-      throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
-    return;  // (a link to a file not there yet: its folder is checked as it is written)
+    if (!exists) throw Failure(kUsage, option + ": " + path + " is a symbolic link to a file that does not exist");
+    if (!S_ISREG(st.st_mode)) {  // a device or FIFO, written in place
+      if (::access(path.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
+      return;
+    }
+    // A link to a file, which is replaced: as for that file, its folder.
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (!real) throw Failure(kUsage, option + ": cannot follow " + path + ": " + std::strerror(errno));
+    const std::string file(real);
+    std::free(real);
+    if (how == Writer::kInPlace) {
+      if (::access(file.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
+    } else {
+      const std::string folder = file.substr(0, std::max<size_t>(file.find_last_of('/'), 1));
+      if (::access(folder.c_str(), W_OK) != 0)
+        throw Failure(kUsage, option + ": cannot write " + path + " (a link to " + file + "): the directory " + folder +
+                                  " is not writable");
+    }
+    return;
   }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -289,9 +305,15 @@ static void note_changed_settings(const nlohmann::json& meta, const nlohmann::js
   if (model.is_object() && model.contains("layers") && model["layers"].is_array())
     for (const auto& l : model["layers"])
       batch_norm = batch_norm || (l.is_object() && l.value("type", std::string()).rfind("batch_norm", 0) == 0);
-  if (batch_norm && was.contains("devices") && now.contains("devices") && was["devices"] != now["devices"])
-    changed += (changed.empty() ? "" : ", ") + std::string("devices ") + was["devices"].dump() + " -> " +
-               now["devices"].dump() + " (batch norm's statistics are each device's: the run changes)";
+  auto count = [](const nlohmann::json& t) -> int64_t {  // devices of all processes (rank 0's list times the processes)
+    if (!t.contains("devices") || !t["devices"].is_string()) return -1;
+    const std::string d = t["devices"].get<std::string>();
+    const int64_t per = 1 + std::count(d.begin(), d.end(), ',');
+    return per * (t.contains("processes") && t["processes"].is_number_integer() ? t["processes"].get<int64_t>() : 1);
+  };
+  if (batch_norm && count(was) > 0 && count(now) > 0 && count(was) != count(now))
+    changed += (changed.empty() ? "" : ", ") + std::string("devices ") + std::to_string(count(was)) + " -> " +
+               std::to_string(count(now)) + " (batch norm's statistics are each device's: the run changes)";
   if (changed.empty()) return;
   std::fprintf(stderr, "dp: note: resumed with other settings than the checkpoint's: %s%s\n", changed.c_str(),
                cosine && was.contains("epochs") && was["epochs"] != now["epochs"]
@@ -344,7 +366,7 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
   std::string opt = "optimizer";
   try {
     const auto j = nlohmann::json::parse(o.optimizer);
-    opt = j.value("type", std::string("sgd")) + " lr " + json_num(j.value("lr", 0.0));
+    opt = j.value("type", std::string("sgd")) + " lr " + text_num(j.value("lr", 0.0));
   } catch (const nlohmann::json::exception&) {
   }
   const size_t slash = o.model.find_last_of('/');
@@ -354,7 +376,7 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
                   std::to_string(o.batch_size) + (o.accumulate > 1 ? " x " + std::to_string(o.accumulate) + " accumulated" : "") +
                   " \u00b7 " + opt;
   if (o.lr_schedule != "constant") c += " (" + (o.lr_schedule.size() > 40 ? std::string("scheduled") : o.lr_schedule) + ")";
-  if (o.clip_grad_norm > 0) c += " \u00b7 clip " + json_num(o.clip_grad_norm);
+  if (o.clip_grad_norm > 0) c += " \u00b7 clip " + text_num(o.clip_grad_norm);
   if (!o.grad_scaler.empty()) c += " \u00b7 grad scaler";
   return c + " \u00b7 " + std::to_string(o.epochs) + " epoch" + (o.epochs == 1 ? "" : "s");
 }
@@ -590,9 +612,9 @@ static int train(const TrainOptions& o) {
   // resumed run follows the same curve.
   // The run's optimizer steps: those before this epoch (as they ran), and
   // this run's for the rest.
-  if (steps_per_epoch > 0 && o.epochs - epoch > (INT64_MAX / 2) / steps_per_epoch)  // (a schedule's length would wrap)
-    throw Failure(kUsage, "--epochs " + std::to_string(o.epochs) + " at " + std::to_string(steps_per_epoch) +
-                              " steps each is more steps than can be counted");
+  if (batches > 0 && o.epochs - epoch > (INT64_MAX / 4) / batches)  // (the schedule's length and the ETA would wrap)
+    throw Failure(kUsage, "--epochs " + std::to_string(o.epochs) + " at " + std::to_string(batches) +
+                              " batches each is more than can be counted");
   const int64_t total_steps = global_step - (batch + K - 1) / K + (o.epochs - epoch) * steps_per_epoch;
   if (schedule.is_object()) {
     fill_schedule_length(schedule, std::max<int64_t>(1, total_steps));
@@ -827,9 +849,10 @@ static int export_model(const std::string& model_path, const std::string& weight
   Context ctx(c);
   Model model = load_model(c, model_path);
   check(dp_model_load_safetensors(model.get(), weights.c_str()), "weights");  // a checkpoint loads as weights
-  auto size_of = [](const std::string& path) {
-    std::ifstream written(path, std::ios::binary | std::ios::ate);
-    return static_cast<int64_t>(written.tellg());
+  auto size_of = [](const std::string& path) -> nlohmann::json {  // (null: a device or FIFO, written in place)
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;
+    return static_cast<int64_t>(st.st_size);
   };
   nlohmann::json out = nlohmann::json::object();
   if (!onnx.empty()) {

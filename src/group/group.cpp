@@ -388,6 +388,12 @@ static std::string loss_text(double loss) {
   return buf;
 }
 
+// Which batch a refused loss came from: the group's training batches count
+// from 1 (as dp train's progress); in evaluation mode they do not count.
+std::string Group::where_in_training() const {
+  return training_ ? " in training batch " + std::to_string(step_) + " (counting from 1)" : " (in evaluation mode)";
+}
+
 double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& target) {
   check_job(Job::kTrain, input, &target);
   have_forward_ = false;
@@ -397,7 +403,7 @@ double Group::train_step(Optimizer& opt, const Tensor& input, const Tensor& targ
   const double loss = engine_->total_loss();  // an engine updates nothing unless this is finite
   model_.has_grads = Engine::finite_loss(loss);  // (else zero; a step the engine holds below zeroes them too)
   if (!Engine::finite_loss(loss))
-    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + " in training batch " + std::to_string(step_) + " (counting from 1)" +
+    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + where_in_training() +
                              "; parameters and running statistics are unchanged");
   check_settings(opt, false);  // nor unless every process's optimizer is set alike
   std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
@@ -421,7 +427,7 @@ double Group::forward_backward(const Tensor& input, const Tensor& target, double
   if (training_) ++step_;
   const double loss = engine_->total_loss();
   if (!Engine::finite_loss(loss))
-    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + " in training batch " + std::to_string(step_) + " (counting from 1)" +
+    fail(DP_ERR_NUMERIC, "the loss is " + loss_text(loss) + where_in_training() +
                              "; the gradients and running statistics are unchanged");
   std::exception_ptr merge_failed = training_ ? merge_stats() : nullptr;
   engine_->reduce(nullptr);  // adds this batch's gradients into the model's

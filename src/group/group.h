@@ -91,6 +91,7 @@ class Group {
   double evaluate(const Tensor& input, const Tensor& target, int64_t* correct);
 
  private:
+  std::string where_in_training() const;  // for a refused loss: "in training batch N (counting from 1)"
   void check_input(const Tensor& input) const;
   void check_target(const Tensor& target, int64_t batch) const;
   // Plans the split of `batch` rows and runs the job on the engine.

@@ -1,12 +1,15 @@
 // Files written whole or not at all (checkpoints, weights, ONNX models): the
-// bytes go to a temporary file beside the target, which is flushed, fsynced
-// and renamed over it, and the directory is fsynced, so a crash leaves the old
-// file or the new one. Two cases are written otherwise, as `cp` and
-// torch.save treat them:
-//   - a symbolic link is followed to the file it names: that file is
-//     replaced, the link stays (renaming over the link replaced the link);
-//   - an existing file that is not a regular one (/dev/null, a FIFO) is
-//     written in place: renaming over it replaced the device with a file.
+// bytes go to a new temporary file beside the target (created exclusively,
+// with the replaced file's permissions), which is flushed, fsynced and renamed
+// over it, and the directory is fsynced, so a crash leaves the old file or the
+// new one. Two cases are written otherwise:
+//   - a symbolic link to an existing file: the kernel follows it (so Linux's
+//     fs.protected_symlinks guards a link planted in /tmp) and that file is
+//     replaced, the link stays; a link to nothing is refused (as `cp` does);
+//   - an existing file that is not a regular one (/dev/null, a FIFO,
+//     /dev/stdout as a pipe) is written in place: renaming over it replaced
+//     the device with a file. A FIFO needs a reader already: without one the
+//     write fails at once (ENXIO), it does not wait.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -19,8 +22,9 @@ struct Piece {
   size_t size;
 };
 
-// Where a write to `path` lands: `path` with its symbolic links followed,
-// and whether that is an existing file other than a regular one.
+// Where a write to `path` lands and how: `path` itself, or the file an
+// existing symbolic link leads to; in_place for an existing file that is not
+// a regular one. DP_ERR_IO for a link that leads nowhere or may not be followed.
 struct WriteTarget {
   std::string path;
   bool in_place = false;
@@ -28,8 +32,8 @@ struct WriteTarget {
 WriteTarget write_target(const std::string& path);
 
 // Writes the pieces, in order, as the whole content of `path` (see above).
-// DP_ERR_IO naming `path` and the cause; on failure `path` is unchanged
-// (written in place: as far as it was written).
+// DP_ERR_IO naming `path` and the cause; on failure a regular file is
+// unchanged (one written in place: as far as it was written).
 void write_whole_file(const std::string& path, const std::vector<Piece>& pieces);
 
 }  // namespace dp::io

@@ -5,9 +5,11 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zlib.h>
 
@@ -947,10 +950,12 @@ TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and 
   }
   SUBCASE("a symbolic link is written through: the file it names is replaced, the link stays") {
     // Renaming over the link replaced the link with a file, and the file it
-    // named was never written. Links to links, relative, and to a file not
-    // there yet.
+    // named was never written. Links to links, relative; the file's
+    // permissions kept; a link to nothing refused, as cp refuses it.
     namespace fs = std::filesystem;
     fs::create_directory(dir / "real");
+    std::ofstream(dir / "real/target.safetensors") << "old";
+    ::chmod((dir / "real/target.safetensors").c_str(), 0600);
     fs::create_symlink("real/target.safetensors", dir / "link1");
     fs::create_symlink("link1", dir / "link2");
     const std::string link = dir / "link2";
@@ -958,15 +963,25 @@ TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and 
     CHECK(fs::is_symlink(dir / "link2"));
     CHECK(fs::is_symlink(dir / "link1"));
     CHECK(metadata_of(dir / "real/target.safetensors")["which"] == "through a link");
+    struct stat st {};
+    REQUIRE(::stat((dir / "real/target.safetensors").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
     DP_REQUIRE_OK(dp_model_save_safetensors(a.m, link.c_str()));  // weights, over the checkpoint
     CHECK(fs::is_symlink(dir / "link2"));
     Trainer b(kNet, kAdam);
     DP_REQUIRE_OK(dp_model_load_safetensors(b.m, (dir / "real/target.safetensors").c_str()));
     for (const auto& f : fs::directory_iterator(dir / "real"))
       CHECK_MESSAGE(f.path().filename() == "target.safetensors", "left behind: " << f.path());
+    fs::create_symlink("real/nothing.safetensors", dir / "dangling");
+    const std::string dangling = dir / "dangling";
+    CHECK(dp_checkpoint_save(dangling.c_str(), a.g, a.opt, nullptr, nullptr) == DP_ERR_IO);
+    CHECK(std::string(dp_last_error()).find("a symbolic link to a file that does not exist") != std::string::npos);
+    CHECK(fs::is_symlink(dir / "dangling"));
+    CHECK_FALSE(fs::exists(dir / "real/nothing.safetensors"));
     fs::remove_all(dir / "real");
     fs::remove(dir / "link1");
     fs::remove(dir / "link2");
+    fs::remove(dir / "dangling");
   }
   SUBCASE("a symbolic link loop is an error, not a hang") {
     namespace fs = std::filesystem;
@@ -974,21 +989,38 @@ TEST_CASE("checkpoint: atomic write; a failed save leaves no temporary file and 
     fs::create_symlink("loop_a", dir / "loop_b");
     const std::string p = dir / "loop_a";
     CHECK(dp_checkpoint_save(p.c_str(), a.g, a.opt, nullptr, nullptr) == DP_ERR_IO);
-    CHECK(std::string(dp_last_error()).find("too many levels of symbolic links") != std::string::npos);
+    CHECK(std::string(dp_last_error()).find("Too many levels of symbolic links") != std::string::npos);
     CHECK(fs::is_symlink(dir / "loop_a"));
     fs::remove(dir / "loop_a");
     fs::remove(dir / "loop_b");
   }
-  SUBCASE("a device is written in place, never replaced by a file (as root, /dev/null became a file)") {
-    struct stat st {};
-    if (::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode) && ::access("/dev/null", W_OK) == 0) {
-      DP_REQUIRE_OK(dp_checkpoint_save("/dev/null", a.g, a.opt, nullptr, nullptr));
-      DP_REQUIRE_OK(dp_model_save_safetensors(a.m, "/dev/null"));
-      REQUIRE(::stat("/dev/null", &st) == 0);
-      CHECK(S_ISCHR(st.st_mode));
-    } else {
-      MESSAGE("no writable /dev/null here: not checked");
+  SUBCASE("a FIFO is written in place, never replaced by a file; without a reader it fails at once") {
+    // (Renamed over, a FIFO became a file; as root /dev/full became one too.)
+    const std::string fifo = dir / "fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(dp_checkpoint_save(fifo.c_str(), a.g, a.opt, nullptr, nullptr) == DP_ERR_IO);  // no reader: no wait
+    CHECK(std::string(dp_last_error()).find("a FIFO with no reader") != std::string::npos);
+    std::string got;
+    std::thread reader([&] {
+      std::ifstream in(fifo, std::ios::binary);
+      got.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    });
+    dp_status st = DP_ERR_INTERNAL;
+    for (int i = 0; i < 500 && st != DP_OK; ++i) {  // until the reader has opened its end
+      st = dp_checkpoint_save(fifo.c_str(), a.g, a.opt, nullptr, R"({"which": "fifo"})");
+      if (st != DP_OK) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    CHECK(st == DP_OK);
+    if (st != DP_OK) {  // let the reader's open return
+      int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+    }
+    reader.join();
+    struct stat sb {};
+    REQUIRE(::lstat(fifo.c_str(), &sb) == 0);
+    CHECK(S_ISFIFO(sb.st_mode));
+    CHECK(got.size() > 1000);
+    std::filesystem::remove(fifo);
   }
   SUBCASE("bad user metadata fails before anything is written") {
     CHECK(dp_checkpoint_save(path.c_str(), a.g, a.opt, nullptr, "{oops") == DP_ERR_JSON);

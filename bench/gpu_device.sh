@@ -14,6 +14,10 @@
 #   STAGES2  stages after the tests (default "6 7 3 4": precision, accuracy, models, large MLP)
 #   TOTAL    seconds for the whole call (default 540); stages that do not fit are skipped
 #   FORCE=1  run STAGES2 even when a test failed
+#
+# (Written after the 2026-12-04 H200 session from the commands its calls ran by
+# hand; as this script it has run only on a machine without a GPU, where the
+# CUDA tests skip and it exits 1. Its first GPU use is its real test.)
 set -u -o pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")

@@ -82,15 +82,16 @@ static void on_stop_signal(int sig) {
 // when the run first writes it (an epoch, or the whole run, later).
 // Atomic writers (checkpoints, weights, ONNX) make a temporary file beside
 // it and rename it: they need the directory; --plot writes the file itself.
-// A symbolic link, or a file that is not a regular one (/dev/null, a FIFO),
-// is written through, in place (libdp's io/whole_file.h): that file must be
-// writable.
+// As libdp's writer (io/whole_file.h): a symbolic link stands for the file it
+// leads to (a link to nothing is refused), and a file that is not a regular
+// one (/dev/null, a FIFO) is written in place, so it must be writable.
 enum class Writer { kAtomic, kInPlace };
 static void check_writable(const std::string& path, const std::string& option, Writer how = Writer::kAtomic) {
   if (path.empty()) return;
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw Failure(kUsage, option + ": " + path + " is a directory; give a file name");
+  std::string file = path;  // what is written
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) == 0 && (S_ISLNK(lst.st_mode) || !S_ISREG(lst.st_mode))) {
     if (!exists) throw Failure(kUsage, option + ": " + path + " is a symbolic link to a file that does not exist");
@@ -98,29 +99,20 @@ static void check_writable(const std::string& path, const std::string& option, W
       if (::access(path.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
       return;
     }
-    // A link to a file, which is replaced: as for that file, its folder.
     char* real = ::realpath(path.c_str(), nullptr);
     if (!real) throw Failure(kUsage, option + ": cannot follow " + path + ": " + std::strerror(errno));
-    const std::string file(real);
+    file = real;
     std::free(real);
-    if (how == Writer::kInPlace) {
-      if (::access(file.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
-    } else {
-      const std::string folder = file.substr(0, std::max<size_t>(file.find_last_of('/'), 1));
-      if (::access(folder.c_str(), W_OK) != 0)
-        throw Failure(kUsage, option + ": cannot write " + path + " (a link to " + file + "): the directory " + folder +
-                                  " is not writable");
-    }
-    return;
   }
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string shown = file == path ? path : path + " (a link to " + file + ")";
+  const size_t slash = file.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " does not exist");
+    throw Failure(kUsage, option + ": cannot write " + shown + ": the directory " + dir + " does not exist");
   if (how == Writer::kInPlace && exists) {
-    if (::access(path.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + path + ": not writable");
+    if (::access(file.c_str(), W_OK) != 0) throw Failure(kUsage, option + ": cannot write " + shown + ": not writable");
   } else if (::access(dir.c_str(), W_OK) != 0) {
-    throw Failure(kUsage, option + ": cannot write " + path + ": the directory " + dir + " is not writable");
+    throw Failure(kUsage, option + ": cannot write " + shown + ": the directory " + dir + " is not writable");
   }
 }
 

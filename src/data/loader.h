@@ -70,12 +70,12 @@ class Loader {
   int64_t num_batches() const { return num_batches_; }
   // Batches an epoch of `samples` makes, as PyTorch's DataLoader: floor(n / B)
   // with drop_last, else ceil(n / B), the last one short.
-  // The batches an epoch of the loader whose order() wrote `order` makes;
-  // false when the text is not exactly such a record (its keys and types).
-  static bool order_batches(const std::string& order, int64_t* batches);
   static int64_t batches_per_epoch(int64_t samples, int64_t batch_size, bool drop_last) {
     return samples / batch_size + (!drop_last && samples % batch_size > 0 ? 1 : 0);  // no overflow
   }
+  // The batches an epoch of the loader whose order() wrote `order` makes;
+  // false when the text is not exactly such a record (its keys and types).
+  static bool order_batches(const std::string& order, int64_t* batches);
   // The next batch, swapped into input and target (resized to [rows, ...];
   // sharded: to this process's rows of it, and the global batch's rows are
   // returned), or 0 rows at the end of an epoch (the tensors are then resized to 0

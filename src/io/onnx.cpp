@@ -12,16 +12,12 @@
 // other type (a plugin's) has no mapping and is refused by name.
 #include "io/onnx.h"
 
-#include <unistd.h>
-
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <set>

@@ -1,8 +1,6 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -295,7 +293,6 @@ StFile read_safetensors(const std::string& path, bool with_data) {
 const char* const kDataCrc32 = "data_crc32";
 const char* const kHeaderCrc32 = "header_crc32";
 
-
 std::string st_header_crc32(const std::vector<StOut>& tensors, const std::vector<std::pair<std::string, std::string>>& metadata) {
   TensorFields t;
   std::map<std::string, std::string> m;
@@ -357,11 +354,7 @@ void write_safetensors(const std::string& path, const std::vector<StOut>& tensor
                        const std::vector<std::pair<std::string, std::string>>& metadata) {
   const std::string head = st_header(tensors, metadata);
   std::vector<Piece> pieces{{head.data(), head.size()}};
-  for (const StOut& t : tensors) {
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    pieces.push_back({t.data, static_cast<size_t>(numel * st_dtype_size(t.dtype))});
-  }
+  for (const StOut& t : tensors) pieces.push_back({t.data, static_cast<size_t>(st_nbytes(t))});
   write_whole_file(path, pieces);
 }
 

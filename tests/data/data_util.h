@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,20 @@ inline Bytes cifar_records(int n, int first = 0) {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A dp_dataset_callbacks of this dp.h (struct_size set, the rest zero but what is given).
+inline dp_dataset_callbacks callbacks(void* user, int64_t length,
+                                      int (*get_item)(void*, int64_t, float*, void*, char*, size_t),
+                                      void (*release)(void*) = nullptr) {
+  dp_dataset_callbacks cb;
+  std::memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  cb.user = user;
+  cb.length = length;
+  cb.get_item = get_item;
+  cb.release = release;
+  return cb;
+}
 
 // A call that must fail with `status` and a message holding every part.
 #define CHECK_FAILS(call, status, ...)                                                     \

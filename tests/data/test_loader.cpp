@@ -218,11 +218,7 @@ int slow_item(void*, int64_t index, float* input, void* target, char*, size_t) {
 
 TEST_CASE("loader: destroy stops its workers promptly, mid-batch") {
   Fixture f;
-  dp_dataset_callbacks cb;
-  std::memset(&cb, 0, sizeof cb);
-  cb.struct_size = sizeof cb;
-  cb.length = 1000;
-  cb.get_item = slow_item;
+  dp_dataset_callbacks cb = callbacks(nullptr, 1000, slow_item);
   int64_t shape = 1;
   dp_dataset* ds = nullptr;
   DP_REQUIRE_OK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds));
@@ -277,13 +273,7 @@ void self_destroy_release(void* user) { static_cast<SelfDestroy*>(user)->release
 TEST_CASE("loader: destroyed from its own worker (inside get_item), it goes once the callback returns; no abort") {
   Fixture f;
   SelfDestroy u;
-  dp_dataset_callbacks cb;
-  std::memset(&cb, 0, sizeof cb);
-  cb.struct_size = sizeof cb;
-  cb.user = &u;
-  cb.length = 200;
-  cb.get_item = self_destroy_item;
-  cb.release = self_destroy_release;
+  dp_dataset_callbacks cb = callbacks(&u, 200, self_destroy_item, self_destroy_release);
   int64_t shape = 1;
   dp_dataset* ds = nullptr;
   DP_REQUIRE_OK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds));

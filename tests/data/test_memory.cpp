@@ -95,13 +95,7 @@ int get_item(void* user, int64_t index, float* input, void* target, char* error,
 void release(void* user) { static_cast<CbState*>(user)->released = true; }
 
 dp_dataset* callback_dataset(Fixture& f, CbState& st, int64_t n) {
-  dp_dataset_callbacks cb;
-  std::memset(&cb, 0, sizeof cb);
-  cb.struct_size = sizeof cb;
-  cb.user = &st;
-  cb.length = n;
-  cb.get_item = get_item;
-  cb.release = release;
+  dp_dataset_callbacks cb = callbacks(&st, n, get_item, release);
   int64_t shape = 2;
   dp_dataset* ds = nullptr;
   DP_REQUIRE_OK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds));
@@ -132,13 +126,7 @@ TEST_CASE("callbacks: samples come from get_item; release runs at destroy") {
 
   // A failed creation does not call release: user stays the caller's (dp.hpp's from_function frees it then).
   CbState refused;
-  dp_dataset_callbacks cb;
-  std::memset(&cb, 0, sizeof cb);
-  cb.struct_size = sizeof cb;
-  cb.user = &refused;
-  cb.length = 3;
-  cb.get_item = get_item;
-  cb.release = release;
+  dp_dataset_callbacks cb = callbacks(&refused, 3, get_item, release);
   int64_t bad_shape = -2;
   dp_dataset* none = nullptr;
   CHECK(dp_dataset_from_callbacks(f.ctx, &cb, 1, &bad_shape, DP_I64, 0, nullptr, &none) != DP_OK);
@@ -186,12 +174,8 @@ TEST_CASE("callbacks: a failing get_item fails that batch's dp_loader_next, then
 TEST_CASE("callbacks: bad structs") {
   Fixture f;
   CbState st;
-  dp_dataset_callbacks cb;
-  std::memset(&cb, 0, sizeof cb);
+  dp_dataset_callbacks cb = callbacks(&st, 3, get_item);
   cb.struct_size = sizeof cb - 1;
-  cb.user = &st;
-  cb.length = 3;
-  cb.get_item = get_item;
   int64_t shape = 2;
   dp_dataset* ds = nullptr;
   CHECK_FAILS(dp_dataset_from_callbacks(f.ctx, &cb, 1, &shape, DP_I64, 0, nullptr, &ds), DP_ERR_INVALID_ARGUMENT,

@@ -17,16 +17,17 @@ from ._errors import (ArgumentTypeError, ClosedError, Error, InvalidArgumentErro
                       _check)
 from ._model import DataParallel
 from ._tensor import _CODES, _dtype_name, zeros
-from ._util import _Owner, _integer_inputs, _converting, _destroy, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
+from ._util import _Owner, _integer_inputs, _converting, _depends, _destroy, _release_parents, _dumps, _handle, _int, _json_text, _np, _path, _shape_in, _shape_out
 
 
 # Set while a Python dataset callback runs on this thread (a loader's worker,
 # or the caller's with num_workers=0): a DataLoader garbage-collected there
 # must not be destroyed there (its destructor would join the running thread).
 _in_callback = threading.local()
-# Loaders whose last reference went inside a callback: (handle, the dataset
-# whose Python callbacks it calls), destroyed by the next DataLoader call
-# outside one (or at exit), the callbacks kept alive until then. A deque and
+# Loaders whose last reference went inside a callback: (handle, the
+# DataLoader), destroyed by the next DataLoader call outside one (or at exit).
+# Until then the DataLoader keeps its dataset, whose Python callbacks it
+# calls, and the dataset keeps its handle (_depends). A deque and
 # no lock: append and popleft are atomic, and a collection that runs while
 # this drains may add to it (a lock would be taken twice on one thread).
 _deferred = collections.deque()
@@ -42,10 +43,11 @@ def _destroy_deferred():
         return
     while True:
         try:
-            h, _dataset = _deferred.popleft()
+            h, loader = _deferred.popleft()
         except IndexError:
             return
         _lib.loader_destroy(h)
+        _release_parents(loader)  # its dataset, if that was collected meanwhile
 
 
 def _callback_get_item(fn, sample_shape, target_dtype, target_shape, interrupts):
@@ -108,6 +110,7 @@ class Dataset(_Owner):
     def _wrap(cls, h, ctx, keep=()):
         d = object.__new__(cls)
         d._h, d._ctx, d._keep = h, ctx, keep
+        _depends(d, ctx)
         return d
 
     def __del__(self):
@@ -296,6 +299,7 @@ class DataLoader(_Owner):
                 _lib.loader_destroy(h)
                 raise
         self._h, self.dataset, self._ctx = h, dataset, dataset._ctx
+        _depends(self, dataset)
         self.batch_size, self.num_workers = batch_size, num_workers
         self._reuse = reuse_buffers
         self._last = self._spare = (None, None)
@@ -314,7 +318,7 @@ class DataLoader(_Owner):
         garbage-collected)."""
         if getattr(_in_callback, 'depth', 0) and getattr(self, '_h', None) is not None:
             # Inside a dataset callback (a collection ran there): later, elsewhere.
-            _deferred.append((self._h, getattr(self, 'dataset', None)))
+            _deferred.append((self._h, self))
             self._h = None
             return
         _destroy(self, _lib.loader_destroy if _lib else None)

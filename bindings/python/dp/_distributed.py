@@ -26,7 +26,7 @@ from . import _lib
 from ._context import device_count
 from ._errors import ArgumentTypeError, ClosedError, InvalidArgumentError, UnsupportedError, _check
 from ._model import DataParallel, Model, _device_text, _devices
-from ._util import _Owner, _converting, _destroy, _dumps, _handle
+from ._util import _Owner, _converting, _depends, _destroy, _dumps, _handle
 
 
 def _int_key(name, value):
@@ -353,6 +353,7 @@ class DistributedDataParallel(DataParallel):
         mine = _process_devices(devices, pg)
         _check(_lib.group_create_distributed(m, _device_text(mine), pg._handle(), ctypes.byref(h)))
         self._h, self.model, self._ctx, self.process_group = h, model, model._ctx, pg
+        _depends(self, model)
         self.training = True
         self._devices = _devices(mine)
 

@@ -12,7 +12,7 @@ from ._context import _ctx, device_count
 from ._errors import (ArgumentTypeError, InvalidArgumentError, ModelError, ShapeError, StateDictError, UnknownKeyError,
                       UnsupportedError, _check)
 from ._tensor import Tensor, as_tensor, tensor
-from ._util import (_INT64, _Owner, _as_f32, _converting, _integer_inputs, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
+from ._util import (_INT64, _Owner, _as_f32, _converting, _integer_inputs, _depends, _destroy, _float, _handle, _int, _json_text, _np, _np_or_none, _path, _shape_out,
                     _st_read, _st_write)
 
 _NBT = 'num_batches_tracked'
@@ -122,6 +122,7 @@ class Model(_Owner):
             raise ArgumentTypeError(f'dp.Model takes a dict, JSON text or the path of a JSON file, '
                                     f'not {type(spec).__name__}')
         self._h, self._ctx, self._spec = h, c, _spec_dict(spec)
+        _depends(self, c)
         self._source = ('json', _json_utf8(spec)) if isinstance(spec, (dict, list)) or _is_json_text(spec) else \
             ('file', _abspath(spec, 'dp.Model: path'))
 
@@ -132,6 +133,7 @@ class Model(_Owner):
         h = ctypes.c_void_p()
         _check(_lib.model_from_json(c._h, _json_utf8(text), ctypes.byref(h)))
         m._h, m._ctx, m._spec = h, c, _spec_dict(text)
+        _depends(m, c)
         m._source = ('json', _json_utf8(text))
         return m
 
@@ -142,6 +144,7 @@ class Model(_Owner):
         h = ctypes.c_void_p()
         _check(_lib.model_from_file(c._h, _path(path, 'Model.from_file: path'), ctypes.byref(h)))
         m._h, m._ctx, m._spec = h, c, _spec_dict(path)
+        _depends(m, c)
         m._source = ('file', _abspath(path, 'Model.from_file: path'))
         return m
 
@@ -155,6 +158,7 @@ class Model(_Owner):
         _check(build(self._ctx._h, source, ctypes.byref(h)))
         m = object.__new__(type(self))
         m._h, m._ctx, m._spec, m._source = h, self._ctx, self._spec, self._source
+        _depends(m, self._ctx)
         try:
             m.set_parameters(self.parameters())
             m.set_buffers(self.buffers())
@@ -446,6 +450,7 @@ class DataParallel(_Owner):
         _check(_lib.group_create(_handle(model, Model, 'DataParallel: model'), _device_text(devices),
                                  ctypes.byref(h)))
         self._h, self.model, self._ctx = h, model, model._ctx
+        _depends(self, model)
         self.training = True
         self._devices = _devices(devices)
 

@@ -7,7 +7,7 @@ import math
 from . import _lib
 from ._errors import ArgumentTypeError, InvalidArgumentError, StateDictError, UnsupportedError, _check
 from ._model import DataParallel
-from ._util import _Owner, _as_f32, _converting, _destroy, _dumps, _float, _handle, _json_text, _np
+from ._util import _Owner, _as_f32, _converting, _depends, _destroy, _dumps, _float, _handle, _json_text, _np
 
 
 class Optimizer(_Owner):
@@ -23,6 +23,7 @@ class Optimizer(_Owner):
         h = ctypes.c_void_p()
         _check(_lib.optimizer_create(g, text, ctypes.byref(h)))
         self._h, self.group = h, group
+        _depends(self, group)
         try:
             self._config = _json.loads(text.decode())
         except ValueError:  # libdp took it, so it is JSON; keep going without the hyperparameters

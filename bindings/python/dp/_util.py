@@ -179,11 +179,39 @@ class _Owner:
         self._refuse_copy('pickling')
 
 
+# What must be destroyed before what (dp.h, "Lifetimes": a context outlives
+# what is made from it, a model its groups, a group its optimizers, a dataset
+# its loaders). Reference counting already frees them in that order, as each
+# child holds its parent; a garbage collection of a reference cycle does not:
+# it runs the finalizers of everything in the cycle in any order. So a parent
+# whose children still hold their handles keeps its own until the last of
+# them is destroyed, which then destroys it.
+def _depends(child, *parents):
+    """Records that child's handle must be destroyed before each parent's."""
+    child._parents = tuple(p for p in parents if p is not None)
+    for p in child._parents:
+        p._children = getattr(p, '_children', 0) + 1
+
+
 def _destroy(obj, fn):
+    if getattr(obj, '_children', 0):  # the last child to go destroys it (_depends)
+        obj._destroy_fn = fn
+        return
     h = getattr(obj, '_h', None)
     obj._h = None
     if h is not None and h.value and fn is not None:
         fn(h)
+    _release_parents(obj)
+
+
+def _release_parents(obj):
+    """After obj's handle is destroyed: each parent whose finalizer ran while obj
+    held its handle is destroyed once no other child holds one."""
+    parents, obj._parents = getattr(obj, '_parents', ()), ()
+    for p in parents:
+        p._children -= 1
+        if not p._children and getattr(p, '_destroy_fn', None) is not None:
+            _destroy(p, p._destroy_fn)
 
 
 # safetensors, read and written here only around libdp's own files (state_dict,

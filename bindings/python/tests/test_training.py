@@ -357,6 +357,40 @@ def test_a_loader_collected_inside_its_own_callback():
     assert not _data._deferred
 
 
+def test_a_reference_cycle_is_destroyed_children_first(monkeypatch):
+    """dp.h: a context outlives its models and datasets, a model its groups, a group its optimizers
+    and a dataset its loaders. A garbage collection of a reference cycle runs the finalizers of all it
+    holds in any order (parents first, here: they were made first), which freed a dataset under its
+    loader's running workers (a crash under ASan in CI) and a model under its group; the handles must
+    still go children first."""
+    import gc
+    from dp import _lib
+    order = []
+    for name in ('context', 'model', 'group', 'optimizer', 'dataset', 'loader'):
+        fn = getattr(_lib, name + '_destroy')
+        monkeypatch.setattr(_lib, name + '_destroy', lambda h, fn=fn, name=name: (order.append(name), fn(h)))
+    gc.collect()
+    gc.disable()
+    try:
+        ctx = dp.Context()
+        m = dp.Model(MLP, ctx=ctx)
+        g = dp.DataParallel(m, 'cpu:0,cpu:1')
+        o = dp.SGD(g, lr=0.1)
+        ds = dp.Dataset.from_arrays(np.zeros((8, 1, 28, 28), np.float32), np.zeros(8, np.int64), ctx=ctx)
+        ld = dp.DataLoader(ds, batch_size=2, num_workers=2)
+        x, y = next(iter(ld))
+        g.train_step(o, x, y)
+        ctx.cycle = (ctx, m, g, o, ds, ld)  # only the garbage collector can free them
+        del ctx, m, g, o, ds, ld, x, y
+        assert order == []
+        gc.collect()
+    finally:
+        gc.enable()
+    assert sorted(order) == ['context', 'dataset', 'group', 'loader', 'model', 'optimizer']
+    assert order.index('optimizer') < order.index('group') < order.index('model') < order.index('context')
+    assert order.index('loader') < order.index('dataset') < order.index('context')
+
+
 def test_checkpoints(tmp_path, mnist_dir):
     def setup():
         m = dp.Model(MLP)

@@ -48,6 +48,11 @@ CASES = [
     'S.OneCycleLR(o, max_lr=0.5, total_steps=60, cycle_momentum=False)',
     "S.OneCycleLR(o, max_lr=[0.5], epochs=6, steps_per_epoch=10, pct_start=0.25, anneal_strategy='linear', "
     'div_factor=10, final_div_factor=100, three_phase=True, cycle_momentum=False)',
+    'S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=7, cycle_momentum=False)',
+    "S.CyclicLR(o, 0.02, [0.2], step_size_up=5, step_size_down=9, mode='triangular2', cycle_momentum=False)",
+    "S.CyclicLR(o, 0.01, 0.3, step_size_up=6, mode='exp_range', gamma=0.97, cycle_momentum=False)",
+    "S.CyclicLR(o, 0.01, 0.1, step_size_up=4, step_size_down=0, scale_fn=lambda x: 0.9 ** x, "
+    "scale_mode='iterations', cycle_momentum=False)",
     ('S.ReduceLROnPlateau(o, factor=0.5, patience=2, cooldown=1, min_lr=0.004)', PLATEAU),
     ("S.ReduceLROnPlateau(o, mode='max', threshold=0.01, threshold_mode='abs', patience=1, factor=0.7)", RISING),
     ('S.ReduceLROnPlateau(o, patience=0, eps=0.02)', PLATEAU),  # a reduction smaller than eps is skipped

@@ -19,7 +19,7 @@ Compared with Optimizer.set_lr_schedule (libdp's schedules, a function of the
 optimizer's step count, which dp train and checkpoints resume by themselves):
 these are Python objects, resumed through their state_dict, and the two
 cannot be mixed on one optimizer. dp fixes momentum and betas when an
-optimizer is made, so OneCycleLR needs cycle_momentum=False."""
+optimizer is made, so OneCycleLR and CyclicLR need cycle_momentum=False."""
 import bisect
 import math
 import numbers
@@ -31,7 +31,7 @@ from ._optim import Optimizer
 
 __all__ = ['LRScheduler', 'LambdaLR', 'MultiplicativeLR', 'StepLR', 'MultiStepLR', 'ConstantLR', 'LinearLR',
            'ExponentialLR', 'PolynomialLR', 'CosineAnnealingLR', 'CosineAnnealingWarmRestarts', 'SequentialLR',
-           'ChainedScheduler', 'OneCycleLR', 'ReduceLROnPlateau']
+           'ChainedScheduler', 'OneCycleLR', 'CyclicLR', 'ReduceLROnPlateau']
 
 
 def _optimizer(optimizer):
@@ -493,6 +493,87 @@ class OneCycleLR(LRScheduler):
         # The step after the last (count total_steps, allowed) extrapolates the line:
         # below 0, which PyTorch keeps and never uses, and a dp optimizer refuses.
         return [max((b - a) * pct + a, 0.0)]
+
+
+class CyclicLR(LRScheduler):
+    """Cyclical learning rates (Smith, 2017), as PyTorch's: up from base_lr
+    to max_lr over step_size_up counts, down over step_size_down (default the
+    same), the height scaled by mode: "triangular" (1), "triangular2" (halved
+    each cycle), "exp_range" (gamma ** count), or scale_fn(x) of the cycle
+    (scale_mode "cycle") or of the count ("iterations"). Stepped per batch.
+    Making it sets the optimizer's lr to base_lr, as PyTorch's."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None, mode='triangular',
+                 gamma=1.0, scale_fn=None, scale_mode='cycle', cycle_momentum=True, base_momentum=0.8,
+                 max_momentum=0.9, last_epoch=-1):
+        _optimizer(optimizer)
+        if cycle_momentum:
+            raise UnsupportedError('CyclicLR: dp fixes momentum and betas when an optimizer is made, so it cannot '
+                                   'cycle them: pass cycle_momentum=False (the lr still follows the cycle)')
+        base = _number(_one(base_lr, 'base_lrs'), 'base_lr')
+        if last_epoch == -1:
+            optimizer.lr = base
+        self.max_lrs = [_number(_one(max_lr, 'max_lrs'), 'max_lr')]
+        up = _number(step_size_up, 'step_size_up')
+        down = _number(step_size_down, 'step_size_down') if step_size_down is not None else up
+        if not up > 0 or not down >= 0:  # (PyTorch divides by zero at the first count for up = 0)
+            raise InvalidArgumentError(f'CyclicLR: step_size_up must be > 0 and step_size_down >= 0, '
+                                       f'got {step_size_up!r} and {step_size_down!r}')
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ('triangular', 'triangular2', 'exp_range') and scale_fn is None:
+            raise InvalidArgumentError('mode is invalid and scale_fn is None')
+        if scale_fn is not None and not callable(scale_fn):
+            raise ArgumentTypeError(f'CyclicLR: scale_fn must be callable, got {type(scale_fn).__name__}')
+        if scale_mode not in ('cycle', 'iterations'):
+            raise InvalidArgumentError(f"CyclicLR: scale_mode must be 'cycle' or 'iterations', got {scale_mode!r}")
+        self.mode, self.gamma, self.scale_mode = mode, _number(gamma, 'gamma'), scale_mode
+        self._scale_fn_custom = scale_fn
+        self._init_scale_mode()
+        self.cycle_momentum = False
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = [base]  # after the first step, as PyTorch's (that one used initial_lr)
+
+    def _init_scale_mode(self):
+        if self._scale_fn_custom is None:  # the named modes fix the scale's argument
+            self.scale_mode = 'iterations' if self.mode == 'exp_range' else 'cycle'
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == 'triangular2':
+            return 1 / (2.0 ** (x - 1))
+        if self.mode == 'exp_range':
+            return self.gamma ** x
+        return 1.0
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        base_height = (self.max_lrs[0] - self.base_lrs[0]) * scale_factor
+        return [self.base_lrs[0] + base_height * self.scale_fn(cycle if self.scale_mode == 'cycle' else self.last_epoch)]
+
+    def state_dict(self):
+        """PyTorch's: a scale_fn that is a function is not kept (give it again
+        when making the scheduler); a callable object's attributes are."""
+        state = super().state_dict()
+        fn = state.pop('_scale_fn_custom')
+        state['_scale_fn_custom'] = None
+        if fn is not None and not isinstance(fn, types.FunctionType):
+            state['_scale_fn_custom'] = dict(fn.__dict__)
+        return state
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        fn = state.pop('_scale_fn_custom', None)
+        super().load_state_dict(state)
+        if fn is not None and self._scale_fn_custom is not None:
+            self._scale_fn_custom.__dict__.update(fn)
+        self._init_scale_mode()
 
 
 class ReduceLROnPlateau(LRScheduler):

@@ -154,6 +154,42 @@ def test_initial_lr_is_kept_as_pytorchs_param_groups_keep_it():
     assert S.StepLR(o4, step_size=2, last_epoch=3).base_lrs == [0.3]
 
 
+def test_cyclic_lr_refusals_and_a_callable_scale_fn_in_its_state_dict():
+    """CyclicLR: what dp cannot do (cycle momentum) and what PyTorch would
+    divide by zero on are refused; a scale_fn that is a callable object keeps
+    its attributes in the state dict, as PyTorch's (a function is not kept)."""
+    o = optimizer(0.1)
+    with pytest.raises(dp.UnsupportedError, match='cycle_momentum=False'):
+        S.CyclicLR(o, 0.01, 0.1)  # PyTorch's default cycles momentum; dp fixes it
+    with pytest.raises(dp.InvalidArgumentError, match='mode is invalid'):
+        S.CyclicLR(o, 0.01, 0.1, mode='square', cycle_momentum=False)
+    with pytest.raises(dp.InvalidArgumentError, match='step_size_up'):
+        S.CyclicLR(o, 0.01, 0.1, step_size_up=0, cycle_momentum=False)
+
+    class Scale:
+        def __init__(self, base=0.5):
+            self.base = base
+
+        def __call__(self, x):
+            return self.base ** x
+
+    o = optimizer(0.1)
+    sched = S.CyclicLR(o, 0.01, 0.1, step_size_up=3, scale_fn=Scale(0.8), cycle_momentum=False)
+    assert o.lr == 0.01 and o.param_groups[0]['initial_lr'] == 0.01
+    straight = lrs(sched, o, 20)
+    assert straight[3] == pytest.approx(0.01 + 0.09 * 0.8)  # the first peak, scaled by the first cycle's 0.8
+    o = optimizer(0.1)
+    sched = S.CyclicLR(o, 0.01, 0.1, step_size_up=3, scale_fn=Scale(0.8), cycle_momentum=False)
+    lrs(sched, o, 7)
+    saved_opt, saved = o.state_dict(), sched.state_dict()
+    assert saved['_scale_fn_custom'] == {'base': 0.8}
+    o2 = optimizer(0.1)
+    s2 = S.CyclicLR(o2, 0.01, 0.1, step_size_up=3, scale_fn=Scale(), cycle_momentum=False)
+    o2.load_state_dict(saved_opt)
+    s2.load_state_dict(saved)
+    assert close(lrs(s2, o2, 20, start=7), straight[7:])
+
+
 def test_what_dp_cannot_do_is_refused_with_a_reason():
     o = optimizer(0.1)
     with pytest.raises(dp.UnsupportedError, match='cycle_momentum=False'):

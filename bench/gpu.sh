@@ -370,6 +370,12 @@ stage6() {
   for batch in 256 1024; do
     run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16 --precision bf16
     run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 dp_bf16_cudnn_benchmark --precision bf16 --cudnn-benchmark
+    # cuDNN's graph API for the 16-bit convolutions (experimental, src/backends/cuda/ops/cudnn_graph.h)
+    for layout in nchw nhwc; do
+      DP_CUDNN_GRAPH=$layout run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 "dp_bf16_graph_$layout" --precision bf16
+      DP_CUDNN_GRAPH=$layout run_dp cifar_resnet "$batch" "$CNN_STEPS" 1 "dp_bf16_graph_${layout}_cudnn_benchmark" \
+        --precision bf16 --cudnn-benchmark
+    done
     run_torch cifar_resnet "$batch" "$CNN_STEPS" 1 10 torch_bf16_channels_last_cudnn_benchmark --amp bf16 --channels-last \
       --cudnn-benchmark
     if [ "${COMPILE:-0}" = 1 ]; then

@@ -734,6 +734,24 @@ TEST_CASE("cuda linear and conv2d in bf16 and fp16 (DP_GROUP_PRECISION): within 
   }
 }
 
+TEST_CASE("cuda conv2d in bf16 and fp16 through cuDNN's graph API (DP_CUDNN_GRAPH nchw, nhwc): the same bound") {
+  struct Unset {
+    ~Unset() { unsetenv("DP_CUDNN_GRAPH"); }
+  } unset;
+  for (const char* mode : {"nchw", "nhwc"}) {
+    setenv("DP_CUDNN_GRAPH", mode, 1);  // read as each op is made
+    MESSAGE("DP_CUDNN_GRAPH=" << mode);
+    for (int p : {DP_PRECISION_BF16, DP_PRECISION_FP16}) {
+      run_lowp_case({{"type", "conv2d"}, {"out_channels", 32}, {"kernel_size", 3}, {"padding", 1}}, Shape{16, 12, 12}, p);
+      run_lowp_case({{"type", "conv2d"}, {"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}, {"stride", 2}},
+                    Shape{32, 16, 16}, p);
+      run_lowp_case({{"type", "conv2d"}, {"out_channels", 6}, {"kernel_size", {3, 2}}, {"stride", {2, 1}}, {"groups", 2},
+                     {"bias", false}},
+                    Shape{4, 5, 4}, p);
+    }
+  }
+}
+
 TEST_CASE("a plugin layer type's CUDA code (swish, dp_plugin.h version 2) against its CPU code") {
   // The plugin's own CPU forward and backward are the reference, as a
   // built-in's CPU layer is; beta's gradient is summed on the GPU.

@@ -27,14 +27,20 @@
 // output, input gradient and (added) weight gradient; the bias and its
 // gradient stay float32. Scratch: 0 the workspace, 1 x, 2 W, 3 y, 4 dy, 5 dW,
 // 6 dx (16-bit).
+//
+// With DP_CUDNN_GRAPH=nchw or nhwc (experimental, ops/cudnn_graph.h) the
+// three 16-bit convolutions go through cuDNN's graph API instead, on
+// 16-bit tensors in that layout (nhwc: the casts change the layout too).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/cuda/ops/common.cuh"
+#include "backends/cuda/ops/cudnn_graph.h"
 #include "backends/cuda/ops/lowp.h"
 #include "backends/cuda/ops/ops.h"
 #include "layers/conv2d.h"
@@ -73,9 +79,21 @@ struct Plan {
   }
 };
 
+// The 16-bit convolutions of one (batch size, precision, timed) through the
+// graph API.
+struct Graphs {
+  std::unique_ptr<ConvGraph> fwd, bwd_data, bwd_filter;
+  size_t ws() const {
+    size_t m = fwd->workspace();
+    if (bwd_data->workspace() > m) m = bwd_data->workspace();
+    if (bwd_filter->workspace() > m) m = bwd_filter->workspace();
+    return m;
+  }
+};
+
 class CudaConv2d final : public CudaOp {
  public:
-  explicit CudaConv2d(const Conv2dAttrs& a) : a_(a) {
+  explicit CudaConv2d(const Conv2dAttrs& a) : a_(a), graph_mode_(cudnn_graph_mode()) {
     DP_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.d, to_int(a_.ph_, "padding"), to_int(a_.pw_, "padding"),
                                                    to_int(a_.sh_, "stride"), to_int(a_.sw_, "stride"),
                                                    to_int(a_.dh_, "dilation"), to_int(a_.dw_, "dilation"),
@@ -101,11 +119,14 @@ class CudaConv2d final : public CudaOp {
       void* x16 = lowp_buffer(io.tmp(1), x.numel());
       void* w16 = lowp_buffer(io.tmp(2), a_.wsize());
       void* y16 = lowp_buffer(io.tmp(3), io.out->numel());
-      cuda_to_lowp(s, prec_, x.f32(), x16, x.numel());
-      cuda_to_lowp(s, prec_, io.params, w16, a_.wsize());
-      DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x16, w_.d, w16, conv_.d, plan_.fwd.algo, ws, plan_.fwd.ws,
-                                             &zero, y_.d, y16));
-      cuda_from_lowp(s, prec_, y16, io.out->f32(), io.out->numel(), false);
+      to16(s, x.f32(), x16, n, a_.cin_, a_.H_ * a_.W_);
+      to16(s, io.params, w16, a_.cout_, a_.cin_ / a_.groups_, a_.kh_ * a_.kw_);
+      if (graph_)
+        graph_->fwd->run(h, x16, w16, y16, ws);
+      else
+        DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x16, w_.d, w16, conv_.d, plan_.fwd.algo, ws, plan_.fwd.ws,
+                                               &zero, y_.d, y16));
+      from16(s, y16, io.out->f32(), n, a_.cout_, a_.Ho_ * a_.Wo_, false);
     } else {
       DP_CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_.d, x.f32(), w_.d, io.params, conv_.d, plan_.fwd.algo, ws,
                                              plan_.fwd.ws, &zero, y_.d, io.out->f32()));
@@ -158,20 +179,63 @@ class CudaConv2d final : public CudaOp {
     void* w16 = lowp_buffer(io.tmp(2), a_.wsize());
     void* dy16 = lowp_buffer(io.tmp(4), io.gout->numel());
     void* dw16 = lowp_buffer(io.tmp(5), a_.wsize());
-    cuda_to_lowp(s, prec_, dy, dy16, io.gout->numel());
-    DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_filter.math));
-    DP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_.d, x16, y_.d, dy16, conv_.d, plan_.bwd_filter.algo, ws,
-                                                  plan_.bwd_filter.ws, &zero, w_.d, dw16));
-    cuda_from_lowp(s, prec_, dw16, io.grads, a_.wsize(), true);
+    const int64_t n = x.shape()[0];
+    to16(s, dy, dy16, n, a_.cout_, a_.Ho_ * a_.Wo_);
+    if (graph_) {
+      graph_->bwd_filter->run(h, x16, dw16, dy16, ws);
+    } else {
+      DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_filter.math));
+      DP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_.d, x16, y_.d, dy16, conv_.d, plan_.bwd_filter.algo, ws,
+                                                    plan_.bwd_filter.ws, &zero, w_.d, dw16));
+    }
+    from16(s, dw16, io.grads, a_.cout_, a_.cin_ / a_.groups_, a_.kh_ * a_.kw_, true);
     if (a_.bias_)
       DP_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, yf_.d, dy, &one, b_.d, io.grads + a_.wsize()));
     if (gin) {
       void* dx16 = lowp_buffer(io.tmp(6), gin->numel());
-      DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_data.math));
-      DP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_.d, w16, y_.d, dy16, conv_.d, plan_.bwd_data.algo, ws,
-                                                  plan_.bwd_data.ws, &zero, x_.d, dx16));
-      cuda_from_lowp(s, prec_, dx16, gin->f32(), gin->numel(), false);
+      if (graph_) {
+        graph_->bwd_data->run(h, dx16, w16, dy16, ws);
+      } else {
+        DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_data.math));
+        DP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_.d, w16, y_.d, dy16, conv_.d, plan_.bwd_data.algo, ws,
+                                                    plan_.bwd_data.ws, &zero, x_.d, dx16));
+      }
+      from16(s, dx16, gin->f32(), n, a_.cin_, a_.H_ * a_.W_, false);
     }
+  }
+
+  // The 16-bit copies the convolutions read, b blocks of [c, p] floats: in
+  // place order, or channels last (DP_CUDNN_GRAPH=nhwc); and back.
+  bool channels_last() const { return graph_ != nullptr && graph_mode_ == 2; }
+  void to16(cudaStream_t s, const float* src, void* dst, int64_t b, int64_t c, int64_t p) const {
+    if (channels_last())
+      cuda_to_lowp_channels_last(s, prec_, src, dst, b, c, p);
+    else
+      cuda_to_lowp(s, prec_, src, dst, b * c * p);
+  }
+  void from16(cudaStream_t s, const void* src, float* dst, int64_t b, int64_t c, int64_t p, bool add) const {
+    if (channels_last())
+      cuda_from_lowp_channels_last(s, prec_, src, dst, b, c, p, add);
+    else
+      cuda_from_lowp(s, prec_, src, dst, b * c * p, add);
+  }
+
+  // The graph API's three convolutions for batch size n in 16-bit precision prec.
+  Graphs make_graphs(cudnnHandle_t h, int64_t n, bool bench, int prec) const {
+    ConvGraphShape sh;
+    sh.n = n, sh.c = a_.cin_, sh.h = a_.H_, sh.w = a_.W_;
+    sh.k = a_.cout_, sh.r = a_.kh_, sh.s = a_.kw_, sh.groups = a_.groups_;
+    sh.oh = a_.Ho_, sh.ow = a_.Wo_;
+    sh.pad[0] = a_.ph_, sh.pad[1] = a_.pw_;
+    sh.stride[0] = a_.sh_, sh.stride[1] = a_.sw_;
+    sh.dilation[0] = a_.dh_, sh.dilation[1] = a_.dw_;
+    sh.nhwc = graph_mode_ == 2;
+    sh.type = cudnn_lowp_type(prec);
+    Graphs g;  // timed (DP_GROUP_CUDNN_BENCHMARK) allows nondeterministic engines, as the legacy path
+    g.fwd = std::make_unique<ConvGraph>(h, ConvDir::kForward, sh, bench);
+    g.bwd_data = std::make_unique<ConvGraph>(h, ConvDir::kBackwardData, sh, bench);
+    g.bwd_filter = std::make_unique<ConvGraph>(h, ConvDir::kBackwardFilter, sh, bench);
+    return g;
   }
 
   // Descriptors and algorithms for batch size n and a precision (host work
@@ -204,6 +268,14 @@ class CudaConv2d final : public CudaOp {
     tf32_ = tf32;
     bench_ = bench;
     prec_ = prec;
+    graph_ = nullptr;
+    if (graph_mode_ && low_precision(prec)) {
+      auto key = std::make_tuple(n, bench, prec);
+      auto g = graphs_.find(key);
+      if (g == graphs_.end()) g = graphs_.emplace(key, make_graphs(h, n, bench, prec)).first;
+      graph_ = &g->second;
+      return;
+    }
     auto key = std::make_tuple(n, tf32, bench, prec);
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32 || low_precision(prec), bench)).first;
@@ -211,7 +283,7 @@ class CudaConv2d final : public CudaOp {
   }
 
   void* workspace(LayerIO& io) {
-    const size_t bytes = plan_.ws();
+    const size_t bytes = graph_ ? graph_->ws() : plan_.ws();
     if (bytes == 0) return nullptr;
     Tensor& ws = io.tmp(0);
     const int64_t floats = static_cast<int64_t>(bytes / sizeof(float) + (bytes % sizeof(float) != 0));
@@ -326,6 +398,9 @@ class CudaConv2d final : public CudaOp {
   int fwd_precision_ = DP_PRECISION_FP32;  // the last forward's: backward reads its 16-bit x and W
   Plan plan_;
   std::map<std::tuple<int64_t, bool, bool, int>, Plan> plans_;
+  int graph_mode_ = 0;                                   // cudnn_graph_mode(): 0 legacy, 1 NCHW, 2 NHWC
+  std::map<std::tuple<int64_t, bool, int>, Graphs> graphs_;  // (n, timed, precision)
+  const Graphs* graph_ = nullptr;                        // for n_, prec_ in 16 bits; null on the legacy path
 };
 
 }  // namespace

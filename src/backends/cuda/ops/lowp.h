@@ -21,6 +21,14 @@ cudnnDataType_t cudnn_lowp_type(int precision);
 void cuda_to_lowp(cudaStream_t s, int precision, const float* src, void* dst, int64_t n);
 // dst[0, n) = (or, with add, +=) src[0, n), 16-bit values widened to float.
 void cuda_from_lowp(cudaStream_t s, int precision, const void* src, float* dst, int64_t n, bool add);
+// The same, with the layout changed between channels-first and channels-last
+// (conv2d's NHWC path, ops/cudnn_graph.h): src is b blocks of [c, p] floats
+// (NCHW: p = H * W; a filter KCRS: b = K, p = R * S), dst b blocks of [p, c]
+// 16-bit values; and back, widened (added with add).
+void cuda_to_lowp_channels_last(cudaStream_t s, int precision, const float* src, void* dst, int64_t b, int64_t c,
+                                int64_t p);
+void cuda_from_lowp_channels_last(cudaStream_t s, int precision, const void* src, float* dst, int64_t b, int64_t c,
+                                  int64_t p, bool add);
 // Scratch tensor t as room for n 16-bit values (grown, never shrunk).
 void* lowp_buffer(Tensor& t, int64_t n);
 

@@ -362,6 +362,21 @@ stage5() {
   rc=$?
   record plugin plugin_relu dp 0 "$rc" "$log"
   said "$rc" "$log" "plugin relu on cuda:0" && summary+=("plugin relu on cuda:0: $(tail -n 1 "$log")")
+  # docs/plugins.md's walk-through on a GPU: its CUDA plugin (built where nvcc is, packed by
+  # gpu_pack.sh) trained by the training line of its CUDA block, as written, dp on PATH.
+  if [ -f "$B/doc_plugin/scale.so" ]; then
+    log="$LOGS/doc_plugin.log"
+    line=$(sed -n '/^# needs: nvcc/,/^```/p' "$root/docs/plugins.md" | grep -m1 'dp train' | sed 's/^ *//')
+    (cd "$B/doc_plugin" && PATH="$(dirname "$DP"):$PATH" bounded 120 sh -exc "$line") > "$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && ! { tail -n 1 "$log" | grep -q '"devices": 2' && tail -n 1 "$log" | grep -q '"epochs": 2'; }; then
+      rc=1  # it ran, but did not train 2 epochs on 2 devices
+    fi
+    record plugin doc_plugin dp 0 "$rc" "$log"
+    said "$rc" "$log" "docs/plugins.md's CUDA plugin on cuda:0,cuda:0 (the walk-through's line)"
+  else
+    say "  (no $B/doc_plugin/scale.so: docs/plugins.md's CUDA plugin is packed by bench/gpu_pack.sh)"
+  fi
 }
 
 # ---------------------------------------------------------- stage 6 -------

@@ -31,6 +31,10 @@ mkdir -p "$dst/runtime-libs"
 for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-|libonnx|libprotobuf/ {print $3}'); do
   cp -L "$lib" "$dst/runtime-libs/"
 done
+# docs/plugins.md's CUDA plugin, built here as the walk-through builds it (the GPU
+# machine has no nvcc): gpu.sh stage 5 trains it on cuda:0 with the walk-through's line.
+DP_DOC_KEEP="$dst/doc_plugin" python3 "$root/tests/plugins/check_doc.py" "$root/docs/plugins.md" "$build/src/cli/dp" \
+  "$root/include" > /dev/null || echo "gpu_pack: the docs/plugins.md walk-through failed here; not packed" >&2
 # DP_PACK_DATA=1: Fashion-MNIST too (30 MB, for gpu.sh's 5-epoch accuracy check).
 if [ "${DP_PACK_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
   mkdir -p "$dst/data" && cp -r /usr/share/datasets/fashion-mnist "$dst/data/"

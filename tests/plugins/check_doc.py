@@ -9,6 +9,10 @@ is reported as skipped elsewhere; it trains only where a GPU is, and then its
 result must say 2 devices too.
 
     check_doc.py docs/plugins.md build/src/cli/dp include/
+
+DP_DOC_KEEP=DIR copies what the CUDA block built (scale.so, model.json) to DIR:
+bench/gpu_pack.sh packs it for a GPU machine without nvcc, where bench/gpu.sh
+runs the block's training line on cuda:0.
 """
 import json
 import os
@@ -80,6 +84,10 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f'docs: this block failed ({r.returncode}):\n{script}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}')
             sys.exit(1)
         trained = check_result(r.stdout, what)
+        if script in cuda_scripts and os.environ.get('DP_DOC_KEEP'):
+            os.makedirs(os.environ['DP_DOC_KEEP'], exist_ok=True)
+            for name in ('scale.so', 'model.json'):
+                shutil.copy(os.path.join(tmp, name), os.environ['DP_DOC_KEEP'])
         if not trained:
             if script in cuda_scripts and has_gpu:
                 problems.append(f'{what}: a GPU is here (dp devices lists cuda:0) but the block did not train')

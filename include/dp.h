@@ -435,7 +435,8 @@ DP_API dp_status dp_optimizer_set_lr_schedule(dp_optimizer* opt, const char* jso
 /* torch.nn.utils.clip_grad_norm_(parameters, max_norm) before every step
  * (dp_group_train_step's and dp_optimizer_step's): the global 2-norm of the
  * gradients summed over every device (and process), the same for every
- * split of the batch; above max_norm, the gradients are scaled in place by
+ * split of the batch up to rounding (the sums of two splits differ in their
+ * last bits, as N devices' gradients differ from one's); above max_norm, the gradients are scaled in place by
  * max_norm / (norm + 1e-6), computed in float32 as PyTorch does. 0 turns it
  * off (the default); INFINITY measures the norm without clipping. A
  * non-finite norm takes no step: DP_ERR_NUMERIC, parameters and optimizer

@@ -459,3 +459,50 @@ def test_python_run_equals_cli_run(tmp_path, mnist_dir, cli, devices):
     dp.load_checkpoint(ckpt, ref)
     assert model.parameters().tobytes() == ref_model.parameters().tobytes()
     assert model.buffers().tobytes() == ref_model.buffers().tobytes()
+
+
+def test_a_cifar_checkpoint_records_its_augmentation_and_a_python_reader_evaluates_as_dp_eval(tmp_path, cli):
+    """README: a checkpoint of `dp train --data cifar10:DIR` records the crop and flip of its
+    training inputs and the normalisation of its test inputs; a Python reader that prepares the
+    test set from that record (dp.checkpoint_metadata, Dataset.set_transform) gets dp eval's
+    loss, and plain [0, 1] pixels do not."""
+    rng = np.random.default_rng(5)
+    data = tmp_path / 'cifar'
+    data.mkdir()
+    for name, rows in [(f'data_batch_{i}.bin', 40) for i in range(1, 6)] + [('test_batch.bin', 60)]:
+        records = np.zeros((rows, 1 + 3072), np.uint8)
+        records[:, 0] = rng.integers(0, 10, rows)
+        records[:, 1:] = rng.integers(0, 256, (rows, 3072))
+        (data / name).write_bytes(records.tobytes())
+    model = {'seed': 4, 'input': {'shape': [3, 32, 32]}, 'loss': {'type': 'cross_entropy'},
+             'layers': [{'type': 'flatten'}, {'type': 'linear', 'out_features': 10}]}
+    (tmp_path / 'model.json').write_text(json.dumps(model))
+    run = lambda *a: subprocess.run([cli, *a], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = run('train', 'model.json', '--data', f'cifar10:{data}', '--epochs', '1', '--batch-size', '50',
+            '--devices', 'cpu:0', '--workers', '0', '--save', 'c.ckpt')
+    assert r.returncode == 0, r.stderr
+    inputs = json.loads(dp.checkpoint_metadata(tmp_path / 'c.ckpt')['inputs'])
+    train_t, test_t = inputs['train_transform'], inputs['test_transform']
+    assert inputs['dataset'] == 'cifar10'
+    assert train_t['random_crop'] == {'size': 32, 'padding': 4} and train_t['horizontal_flip'] == 0.5
+    assert set(test_t) == {'normalize'} and test_t['normalize'] == train_t['normalize']
+    r = run('eval', 'model.json', 'c.ckpt', '--data', f'cifar10:{data}', '--devices', 'cpu:0', '--workers', '0')
+    assert r.returncode == 0, r.stderr
+    want = json.loads(r.stdout.strip().splitlines()[-1])
+
+    m = dp.Model(model)
+    m.load_safetensors(tmp_path / 'c.ckpt')
+    net = dp.DataParallel(m, devices='cpu:0')
+    net.eval()
+
+    def test_loss(transform):
+        ds = dp.Dataset.from_cifar10([str(data / 'test_batch.bin')])
+        if transform is not None:
+            ds.set_transform(transform)
+        x, y = next(iter(dp.DataLoader(ds, batch_size=60, num_workers=0)))
+        loss, correct = net.evaluate(x, y)
+        return loss, correct / 60
+
+    loss, accuracy = test_loss(test_t)
+    assert loss == pytest.approx(want['test_loss'], rel=1e-5) and accuracy == pytest.approx(want['test_accuracy'])
+    assert abs(test_loss(None)[0] - want['test_loss']) > 1e-3  # the record matters

@@ -17,15 +17,17 @@ the global batch gives the global batch's gradients).
 """
 import ctypes
 import datetime
+import numbers
 import operator
 import os
 import threading
 import urllib.parse
+import warnings
 
 from . import _lib
 from ._context import device_count
 from ._errors import ArgumentTypeError, ClosedError, InvalidArgumentError, UnsupportedError, _check
-from ._model import DataParallel, Model, _device_text, _devices
+from ._model import DataParallel, Model, _check_gather, _device_text, _devices, _either_devices
 from ._util import _Owner, _converting, _depends, _destroy, _dumps, _handle
 
 
@@ -342,15 +344,47 @@ class DistributedDataParallel(DataParallel):
     global batch's loss and correct count on every process; calling it
     returns this process's rows of the output. save_checkpoint writes on rank
     0 only, load_checkpoint reads on every process (both collective).
-    process_group: default, the one init_process_group made."""
+    process_group: default, the one init_process_group made.
 
-    def __init__(self, model, devices='auto', process_group=None):
+    PyTorch's keyword arguments, as far as they mean something here:
+    device_ids (instead of devices: ints are cuda:i, as PyTorch's),
+    output_device (the first device, PyTorch's default) and dim (0);
+    find_unused_parameters, gradient_as_bucket_view, static_graph,
+    check_reduction and bucket_cap_mb are accepted and change nothing (dp sums
+    every parameter's gradient, zero where a parameter was not used, and sizes
+    its own buckets: bucket_cap_mb warns so); broadcast_buffers and init_sync
+    only as True (every process starts from rank 0's parameters and buffers,
+    and batch norm's statistics are merged over all processes at every step)."""
+
+    def __init__(self, model, devices=None, process_group=None, *, device_ids=None, output_device=None, dim=0,
+                 broadcast_buffers=True, init_sync=True, bucket_cap_mb=None, find_unused_parameters=False,
+                 check_reduction=False, gradient_as_bucket_view=False, static_graph=False):
+        fn = 'DistributedDataParallel'
+        devices = _either_devices(fn, devices, device_ids)
+        for name, value in (('broadcast_buffers', broadcast_buffers), ('init_sync', init_sync),
+                            ('find_unused_parameters', find_unused_parameters), ('check_reduction', check_reduction),
+                            ('gradient_as_bucket_view', gradient_as_bucket_view), ('static_graph', static_graph)):
+            if not isinstance(value, bool):
+                raise ArgumentTypeError(f'{fn}: {name} must be a bool, not {type(value).__name__} {value!r}')
+        if not broadcast_buffers:
+            raise UnsupportedError(f'{fn}: broadcast_buffers=False: dp keeps every buffer the same on every process '
+                                   '(batch norm\'s statistics are merged over all processes at every step), so no '
+                                   'process can keep its own')
+        if not init_sync:
+            raise UnsupportedError(f'{fn}: init_sync=False: every process starts from rank 0\'s parameters and buffers')
+        if bucket_cap_mb is not None:
+            if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, numbers.Real) or not bucket_cap_mb > 0:
+                raise InvalidArgumentError(f'{fn}: bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}')
+            warnings.warn(f'{fn}: bucket_cap_mb={bucket_cap_mb} is ignored: dp sizes its own gradient buckets '
+                          '(0.25 MiB on CPUs, 4 MiB on GPUs; the DP_BUCKET_MB environment variable sets them)',
+                          stacklevel=2)
         pg = _group(process_group)
         if not isinstance(model, Model):
             model = Model(model)
         m = _handle(model, Model, 'DistributedDataParallel: model')
         h = ctypes.c_void_p()
         mine = _process_devices(devices, pg)
+        _check_gather(fn, mine, output_device, dim)
         _check(_lib.group_create_distributed(m, _device_text(mine), pg._handle(), ctypes.byref(h)))
         self._h, self.model, self._ctx, self.process_group = h, model, model._ctx, pg
         _depends(self, model)

@@ -407,6 +407,24 @@ def _either_devices(fn, devices, device_ids):
     return _device_ids(device_ids)
 
 
+def _check_gather(fn, devices_text, output_device, dim):
+    """PyTorch's dim and output_device, as far as dp has them: batches are split
+    along dim 0, and outputs gathered on the first device (PyTorch's default,
+    device_ids[0])."""
+    if isinstance(dim, bool) or not hasattr(dim, '__index__'):
+        raise ArgumentTypeError(f'{fn}: dim must be an int, not {type(dim).__name__} {dim!r}')
+    if dim != 0:
+        raise UnsupportedError(f'{fn}: dim={dim}: dp splits batches along dim 0 only (torch.chunk\'s rule)')
+    if output_device is None:
+        return
+    if hasattr(output_device, 'type') and hasattr(output_device, 'index'):  # a torch.device
+        output_device = f'{output_device.type}:{output_device.index or 0}'
+    want, first = _device_ids(output_device), devices_text.split(',')[0]
+    if want != first:
+        raise UnsupportedError(f'{fn}: output_device={output_device!r} ({want}): dp gathers outputs on the first '
+                               f'device, {first} (PyTorch\'s default, device_ids[0]); leave it out or name that one')
+
+
 def _devices(devices):
     if devices is None or devices == 'auto':  # every GPU when there is one, as nn.DataParallel
         gpus = device_count('cuda')
@@ -440,8 +458,9 @@ class DataParallel(_Owner):
     forward pass (scatter, parallel replicas, gather)."""
     _copy_hint = 'copy.deepcopy(dp_model.module) and wrap the copy in a new dp.DataParallel'
 
-    def __init__(self, model, devices=None, device_ids=None):
+    def __init__(self, model, devices=None, device_ids=None, *, output_device=None, dim=0):
         devices = _either_devices('DataParallel', devices, device_ids)
+        _check_gather('DataParallel', _devices(devices), output_device, dim)
         if isinstance(model, DataParallel):
             raise ArgumentTypeError('DataParallel: model is a DataParallel already; wrap its .module')
         if not isinstance(model, Model):

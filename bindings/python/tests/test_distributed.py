@@ -271,6 +271,19 @@ def test_world_of_one(tmp_path, monkeypatch):
             dp.init_process_group()
         net = dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0,cpu:1')
         assert net.process_group is pg and net.global_devices == (2, 0)
+        # PyTorch's keywords: device_ids, output_device, dim and the hints it takes
+        ddp = dp.DistributedDataParallel(dp.Model(SPEC), device_ids=['cpu:0'], output_device='cpu:0', dim=0,
+                                         find_unused_parameters=True, gradient_as_bucket_view=True, static_graph=True)
+        assert ddp.global_devices == (1, 0)
+        with pytest.warns(UserWarning, match='bucket_cap_mb=25 is ignored'):
+            dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0', bucket_cap_mb=25)
+        for bad, what in [(dict(broadcast_buffers=False), 'the same on every process'),
+                          (dict(init_sync=False), "rank 0's parameters"), (dict(dim=1), 'dim 0 only'),
+                          (dict(output_device='cpu:1'), 'first device, cpu:0')]:
+            with pytest.raises(dp.UnsupportedError, match=what):
+                dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0', **bad)
+        with pytest.raises(dp.ArgumentTypeError, match='not both'):
+            dp.DistributedDataParallel(dp.Model(SPEC), 'cpu:0', device_ids=['cpu:0'])
         with pytest.raises(TypeError, match='DistributedDataParallel'):
             dp.DataLoader(dp.Dataset.from_arrays(*data()), batch_size=8, shard=net.model)
         _, _, losses, rows, _ = train(net, shard=True)  # a world of one: the whole batch

@@ -601,3 +601,21 @@ def test_zero_copy_round_trips_after_repr():
     assert u.data_ptr == a.ctypes.data
     v = np.from_dlpack(u) if hasattr(np, 'from_dlpack') else np.asarray(u)
     assert v.ctypes.data == a.ctypes.data
+
+
+def test_output_device_and_dim_as_pytorch_has_them():
+    """nn.DataParallel(module, device_ids, output_device, dim): dp splits along dim 0 and gathers on
+    the first device (PyTorch's default output_device), so those are taken and others refused."""
+    m = dp.Model(SMALL)
+    net = dp.DataParallel(m, device_ids=['cpu:0', 'cpu:1'], output_device='cpu:0', dim=0)
+    assert net.num_devices == 2
+    for bad, what in [(dict(output_device='cpu:1'), 'gathers outputs on the first device, cpu:0'),
+                      (dict(output_device=1), r'\(cuda:1\)'), (dict(dim=1), 'dim 0 only')]:
+        with pytest.raises(dp.UnsupportedError, match=what):
+            dp.DataParallel(m, device_ids=['cpu:0', 'cpu:1'], **bad)
+    with pytest.raises(dp.ArgumentTypeError, match='dim must be an int'):
+        dp.DataParallel(m, 'cpu:0', dim=0.0)
+
+    class TorchDevice:  # what torch.device('cpu', 0) looks like to dp
+        type, index = 'cpu', 0
+    assert dp.DataParallel(m, 'cpu:0', output_device=TorchDevice()).num_devices == 1

@@ -52,7 +52,7 @@ static int64_t g_memory_limit = 0;          // --memory-limit
 static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths, const char* named = "--plugin") {
   check(dp_context_set_option(ctx, DP_CONTEXT_ALLOW_MODEL_PLUGINS, g_allow_model_plugins ? 1 : 0), "--allow-model-plugins");
   check(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, g_memory_limit), "--memory-limit");
-  for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), std::string(named) + " " + p);
+  for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), named);  // libdp's message names p
 }
 
 static volatile std::sig_atomic_t g_stop = 0;  // the signal that asked to stop (SIGINT, SIGTERM), or 0

@@ -642,7 +642,9 @@ void Plugins::load(Registry& registry, const std::string& entry, const std::stri
   lib->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib->handle) {
     const char* e = dlerror();
-    fail(DP_ERR_PLUGIN, "cannot load plugin " + path + ": " + (e ? e : "dlopen failed"));
+    std::string why = e ? e : "dlopen failed";
+    if (why.compare(0, path.size() + 2, path + ": ") == 0) why.erase(0, path.size() + 2);  // dlerror names the file first
+    fail(DP_ERR_PLUGIN, "cannot load plugin " + path + ": " + why);
   }
   void* sym = dlsym(lib->handle, "dp_plugin_init");
   if (!sym)

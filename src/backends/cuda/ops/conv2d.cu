@@ -83,9 +83,10 @@ struct Plan {
 // graph API.
 struct Graphs {
   std::unique_ptr<ConvGraph> fwd, bwd_data, bwd_filter;
+  std::string bwd_data_error;  // why bwd_data is null: cuDNN built no plan for it
   size_t ws() const {
     size_t m = fwd->workspace();
-    if (bwd_data->workspace() > m) m = bwd_data->workspace();
+    if (bwd_data && bwd_data->workspace() > m) m = bwd_data->workspace();
     if (bwd_filter->workspace() > m) m = bwd_filter->workspace();
     return m;
   }
@@ -194,6 +195,7 @@ class CudaConv2d final : public CudaOp {
     if (gin) {
       void* dx16 = lowp_buffer(io.tmp(6), gin->numel());
       if (graph_) {
+        if (!graph_->bwd_data) fail(DP_ERR_DEVICE, graph_->bwd_data_error);
         graph_->bwd_data->run(h, dx16, w16, dy16, ws);
       } else {
         DP_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.d, plan_.bwd_data.math));
@@ -233,8 +235,12 @@ class CudaConv2d final : public CudaOp {
     sh.type = cudnn_lowp_type(prec);
     Graphs g;  // timed (DP_GROUP_CUDNN_BENCHMARK) allows nondeterministic engines, as the legacy path
     g.fwd = std::make_unique<ConvGraph>(h, ConvDir::kForward, sh, bench);
-    g.bwd_data = std::make_unique<ConvGraph>(h, ConvDir::kBackwardData, sh, bench);
     g.bwd_filter = std::make_unique<ConvGraph>(h, ConvDir::kBackwardFilter, sh, bench);
+    try {  // a first layer never needs it: its failure is said only where it is needed
+      g.bwd_data = std::make_unique<ConvGraph>(h, ConvDir::kBackwardData, sh, bench);
+    } catch (const Error& e) {
+      g.bwd_data_error = e.what();
+    }
     return g;
   }
 
@@ -264,22 +270,25 @@ class CudaConv2d final : public CudaOp {
                                   std::to_string(n) + ", " + std::to_string(a_.cout_) + ", " + std::to_string(a_.Ho_) +
                                   ", " + std::to_string(a_.Wo_) + "]");
     }
-    n_ = n;
-    tf32_ = tf32;
-    bench_ = bench;
-    prec_ = prec;
-    graph_ = nullptr;
+    // Chosen first, kept after: a choice that fails leaves the op as it was,
+    // so the next call chooses again rather than running on another's plan.
+    Graphs* graph = nullptr;
     if (graph_mode_ && low_precision(prec)) {
       auto key = std::make_tuple(n, bench, prec);
       auto g = graphs_.find(key);
       if (g == graphs_.end()) g = graphs_.emplace(key, make_graphs(h, n, bench, prec)).first;
-      graph_ = &g->second;
-      return;
+      graph = &g->second;
+    } else {
+      auto key = std::make_tuple(n, tf32, bench, prec);
+      auto it = plans_.find(key);
+      if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32 || low_precision(prec), bench)).first;
+      plan_ = it->second;
     }
-    auto key = std::make_tuple(n, tf32, bench, prec);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, choose(h, tf32 || low_precision(prec), bench)).first;
-    plan_ = it->second;
+    graph_ = graph;
+    n_ = n;
+    tf32_ = tf32;
+    bench_ = bench;
+    prec_ = prec;
   }
 
   void* workspace(LayerIO& io) {
@@ -400,7 +409,7 @@ class CudaConv2d final : public CudaOp {
   std::map<std::tuple<int64_t, bool, bool, int>, Plan> plans_;
   int graph_mode_ = 0;                                   // cudnn_graph_mode(): 0 legacy, 1 NCHW, 2 NHWC
   std::map<std::tuple<int64_t, bool, int>, Graphs> graphs_;  // (n, timed, precision)
-  const Graphs* graph_ = nullptr;                        // for n_, prec_ in 16 bits; null on the legacy path
+  Graphs* graph_ = nullptr;                        // for n_, prec_ in 16 bits; null on the legacy path
 };
 
 }  // namespace

@@ -114,8 +114,11 @@ ConvGraph::ConvGraph(cudnnHandle_t h, ConvDir dir, const ConvGraphShape& sh, boo
     DP_CUDNN_CHECK(cudnnBackendFinalize(graph));
 
     // cuDNN's candidates, best first: heuristics mode A, then its fallback
-    // list; the first whose notes suit and whose plan builds is kept.
+    // list; the first whose notes suit and whose plan builds is kept. Where
+    // no deterministic engine builds, a second pass takes the others, as the
+    // legacy path falls back to them.
     std::string passed;  // why candidates were passed over, for the error
+    for (int pass = nondeterministic_ok ? 1 : 0; pass < 2; ++pass)
     for (cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
       set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, B, 1, &graph);
@@ -143,7 +146,7 @@ ConvGraph::ConvGraph(cudnnHandle_t h, ConvDir dir, const ConvGraphShape& sh, boo
         for (int64_t j = 0; j < notes_n && j < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++j) {
           if (notes[j] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) skip = "rounds its inputs down";
           if (notes[j] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) skip = "sums in reduced precision";
-          if (notes[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && !nondeterministic_ok) skip = "nondeterministic";
+          if (notes[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && pass == 0) skip = "nondeterministic";
         }
         if (skip) {
           passed += " engine " + std::to_string(index) + ": " + skip + ";";
@@ -154,6 +157,8 @@ ConvGraph::ConvGraph(cudnnHandle_t h, ConvDir dir, const ConvGraphShape& sh, boo
         set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
         if (cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS) {
           passed += " engine " + std::to_string(index) + ": no plan;";
+          owned_.pop_back();  // the plan just made: a rejected plan's state is not kept
+          cudnnBackendDestroyDescriptor(plan);
           continue;
         }
         int64_t ws = 0;

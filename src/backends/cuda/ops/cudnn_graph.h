@@ -15,8 +15,8 @@
 // that builds, kept for the op's life. Computed in float32 on 16-bit x, W and
 // y (cuDNN's PSEUDO configurations); engines that round inputs down further or
 // reduce in lower precision are passed over, and so are nondeterministic ones
-// unless allowed. Nothing here synchronises: run() launches on the handle's
-// stream.
+// unless allowed or nothing else builds. Nothing here synchronises: run()
+// launches on the handle's stream.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,7 +41,8 @@ struct ConvGraphShape {
 class ConvGraph {
  public:
   // Throws DP_ERR_DEVICE naming the direction and shape when no engine of
-  // cuDNN's builds a plan for it.
+  // cuDNN's builds a plan for it. Deterministic engines are preferred;
+  // `nondeterministic_ok` (timed algorithms) takes cuDNN's order as it is.
   ConvGraph(cudnnHandle_t h, ConvDir dir, const ConvGraphShape& shape, bool nondeterministic_ok);
   ~ConvGraph();
   ConvGraph(const ConvGraph&) = delete;

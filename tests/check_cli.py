@@ -360,6 +360,12 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(p.returncode == 143 and 'stopped by SIGTERM' in se, 'SIGTERM exits 143 after the step', se)
     expect(os.path.exists('t.ckpt') and last_json(so)['interrupted'] is True, 'SIGTERM writes the checkpoint', so + se)
 
+    # Help that cannot be written (a full disk) is a failure, not exit 0.
+    if os.path.exists('/dev/full'):
+        with open('/dev/full', 'w') as full:
+            r = subprocess.run([DP, '--help'], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        expect(r.returncode == 1 and 'cannot write the help' in r.stderr, 'dp --help > /dev/full exits 1', r.stderr)
+
     # Mistakes a shell user makes, said plainly and before any training.
     r = run('trian', 'mlp.json')
     expect(r.returncode == 2 and "unknown command 'trian' (did you mean 'train'?)" in r.stderr, 'a misspelt command',

@@ -1185,6 +1185,10 @@ int main(int argc, char** argv) {
       return kUsage;
     }
     int rc = app.exit(e);
+    if (rc == 0 && (!std::cout.flush() || std::fflush(stdout) != 0)) {  // --help into a full disk or closed pipe
+      std::fprintf(stderr, "dp: cannot write the help to stdout\n");
+      return kRuntime;
+    }
     return rc == 0 ? 0 : kUsage;
   }
   if (fast) g_allow_tf32 = g_cudnn_benchmark = true;

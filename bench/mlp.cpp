@@ -48,8 +48,10 @@ static double hardware_scaling() {
 // rows and one thread, against the same calls on 128 rows on each of two
 // threads at once (what 2 devices compute). Below the plain ceiling by
 // what 128-row products lose against 256-row ones; dp's 2-device ratio
-// read against it shows what dp itself adds.
-static double step_gemm_scaling() {
+// read against it shows what dp itself adds. *one_step: the 256-row
+// products' seconds per step on one thread, what dp's 1-device step is read
+// against.
+static double step_gemm_scaling(double* one_step) {
   openblas_set_num_threads(1);
   struct Step {
     int M;
@@ -87,6 +89,7 @@ static double step_gemm_scaling() {
   a.join();
   b.join();
   double two = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  *one_step = one / reps;
   return one / two;
 }
 
@@ -140,7 +143,8 @@ int main(int argc, char** argv) {
     float loss;
     for (int w = 0; w < 3; ++w) ok(dp_group_train_step(c.group, c.opt, input, target, &loss), "warm-up");
   }
-  double ceiling_before = hardware_scaling(), step_before = step_gemm_scaling();
+  double products_before = 0, products_after = 0;
+  double ceiling_before = hardware_scaling(), step_before = step_gemm_scaling(&products_before);
   for (int r = 0; r < rounds; ++r) {
     for (Config& c : configs) {
       float loss;
@@ -153,7 +157,9 @@ int main(int argc, char** argv) {
     }
   }
   double ceiling = (ceiling_before + hardware_scaling()) / 2;
-  double step_ceiling = (step_before + step_gemm_scaling()) / 2;
+  double step_ceiling = (step_before + step_gemm_scaling(&products_after)) / 2;
+  const double products_rate = 2 * batch / (products_before + products_after);  // samples/s of the products alone
+  const double macs = 784.0 * 512 * 2 + 512.0 * 256 * 3 + 256.0 * 10 * 3;      // a sample's multiply-adds, as run()
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -164,15 +170,18 @@ int main(int argc, char** argv) {
   const char* ct = std::getenv("OPENBLAS_CORETYPE");
   std::printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
   std::printf("hardware ceiling: 2 threads of independent sgemm run %.2fx one (before and after the rounds)\n", ceiling);
-  std::printf("the step's own products: 2 x 128 rows on two threads run %.2fx 256 rows on one\n\n", step_ceiling);
+  std::printf("the step's own products: 2 x 128 rows on two threads run %.2fx 256 rows on one\n", step_ceiling);
   double base = median(configs[0].rates);
+  std::printf("the step's own products alone on one thread: %.0f samples/s (%.1f GFLOP/s); dp's 1-device step runs at "
+              "%.0f%% of that\n\n",
+              products_rate, products_rate * macs * 2 / 1e9, 100 * base / products_rate);
   std::printf("%-28s %14s %10s %22s\n", "configuration", "samples/s", "vs first", "allocations in steps");
   for (Config& c : configs)
     std::printf("%-28s %14.0f %9.2fx %22ld\n", c.label, median(c.rates), median(c.rates) / base, c.allocs);
   std::printf("{\"one_device\": %.1f, \"two_devices\": %.1f, \"one_device_two_threads\": %.1f, \"hardware_ceiling\": %.2f, "
-              "\"step_gemm_ceiling\": %.2f, \"allocations\": %ld}\n",
+              "\"step_gemm_ceiling\": %.2f, \"products_alone\": %.1f, \"allocations\": %ld}\n",
               median(configs[0].rates), median(configs[1].rates), median(configs[2].rates), ceiling, step_ceiling,
-              configs[0].allocs + configs[1].allocs + configs[2].allocs);
+              products_rate, configs[0].allocs + configs[1].allocs + configs[2].allocs);
   for (Config& c : configs) {
     dp_optimizer_destroy(c.opt);
     dp_group_destroy(c.group);

@@ -251,6 +251,7 @@ class CudaConv2d final : public CudaOp {
     if (n == n_ && tf32 == tf32_ && bench == bench_ && prec == prec_) return;
     const int ni = to_int(n, "batch size");
     if (n != n_ || prec != prec_) {
+      n_ = -1;  // the descriptors change now: until a choice is kept below, nothing is prepared
       const cudnnDataType_t t = low_precision(prec) ? cudnn_lowp_type(prec) : CUDNN_DATA_FLOAT;
       DP_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.d, t, CUDNN_TENSOR_NCHW, to_int(a_.cout_, "out_channels"),
                                                 to_int(a_.cin_ / a_.groups_, "in_channels / groups"),

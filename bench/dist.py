@@ -12,7 +12,9 @@ OpenBLAS kernel) first: ratios are only comparable on one machine.
 
 Each --variant runs the 2 processes again with those environment variables
 (DP_BUCKET_MB, DP_SPLIT_LAYERS, ...), beside a 1-process run of its own in the
-same round: settings compared side by side in one run.
+same round: settings compared side by side in one run. A variant with
+DP_BACKEND=mpi starts its processes with mpirun (Open MPI's collectives), and
+the all-reduce table is then printed for it too.
 """
 import argparse
 import ctypes
@@ -67,6 +69,17 @@ def bench_one(dp_exe, model, batch, steps):
 
 def bench_two(dp_exe, model, batch, steps, extra_env):
     port = free_port()
+    if extra_env.get('DP_BACKEND') == 'mpi':
+        # Open MPI's launcher: rank and size from its environment, buckets through shared memory.
+        env = dict(os.environ, MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), OMPI_ALLOW_RUN_AS_ROOT='1',
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1', **extra_env)
+        exports = [a for k in ['MASTER_ADDR', 'MASTER_PORT'] + list(extra_env) for a in ('-x', k)]
+        r = subprocess.run(['mpirun', '-np', '2', '--oversubscribe', '--bind-to', 'none', *exports, dp_exe, 'bench',
+                            model, '--devices', 'cpu:0', '--batch-size', str(batch), '--steps', str(steps)],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        if r.returncode != 0:
+            sys.exit(f'dp bench (2 processes, mpirun) failed: {r.stderr}')
+        return json.loads([line for line in r.stdout.splitlines() if line.startswith('{')][0])
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
@@ -125,12 +138,19 @@ def main():
             print(f'| {label} | {batch} | {a:,.0f} | {b:,.0f} | **{statistics.median(ratios):.2f}×** '
                   f'({ratios[0]:.2f}–{ratios[-1]:.2f}) | {statistics.median(busy):.0%} | {statistics.median(wait):.0%} |')
     print('\n(samples/s, medians; ratio: the median of the rounds\' ratios, each of two runs back to back, and their'
-          ' range; "in collectives": the share of a process\'s step time inside Gloo all-reduces; "waiting": the'
+          ' range; "in collectives": the share of a process\'s step time inside all-reduces across processes; "waiting": the'
           ' share it waited for them after its own backward had finished)\n')
     allreduce = os.path.join(args.build, 'bench', 'dist_allreduce')
     if os.path.exists(allreduce):
         sys.stdout.flush()
         subprocess.run([allreduce, '2'], check=True)
+        if any(env.get('DP_BACKEND') == 'mpi' for _, env in variants):
+            print()
+            sys.stdout.flush()
+            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1', DP_BACKEND='mpi',
+                       MASTER_PORT=str(free_port()))
+            subprocess.run(['mpirun', '-np', '2', '--oversubscribe', '--bind-to', 'none', '-x', 'DP_BACKEND', '-x',
+                            'MASTER_PORT', allreduce], check=True, env=env)
 
 
 if __name__ == '__main__':

@@ -318,8 +318,11 @@ DP_API dp_status dp_group_last_split(const dp_group* g, int64_t* sizes, int capa
  * passes only its rows of it (a loader sharded with dp_loader_shard reads
  * exactly those), and gets the global batch's loss, accuracy, batch-norm
  * statistics and gradients, so results do not depend on the number of
- * processes. Processes communicate over TCP with Gloo; on GPUs, gradients
- * are summed with NCCL over every process's GPUs. Every process names CPU
+ * processes. Processes communicate over TCP with Gloo (or, in a job mpirun
+ * started, with Open MPI's collectives: "backend": "mpi" or DP_BACKEND=mpi,
+ * where a failure inside a step ends the whole job instead of returning
+ * DP_ERR_COMM); on GPUs, gradients are summed with NCCL over every process's
+ * GPUs. Every process names CPU
  * devices, or every process CUDA devices (DP_ERR_DEVICE otherwise).
  *
  * A process that dies or stops answering fails its peers' calls with
@@ -335,7 +338,8 @@ typedef struct dp_process_group dp_process_group;
  * _SIZE, _LOCAL_RANK) or srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID);
  * with none of them, a world of one process. A JSON object's keys override
  * them: {"rank": 1, "world_size": 2, "local_rank": 1, "master_addr":
- * "10.0.0.1", "master_port": 29500, "timeout_s": 300}. Rank 0 serves the
+ * "10.0.0.1", "master_port": 29500, "timeout_s": 300, "backend": "gloo"}
+ * ("gloo" or "mpi"; default DP_BACKEND, else "gloo"). Rank 0 serves the
  * start-up store at master_addr:master_port. Errors: DP_ERR_COMM naming the
  * ranks still missing after the timeout and the address tried, or a
  * differing world size; DP_ERR_IO when rank 0 cannot listen there. *out is

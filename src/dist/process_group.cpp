@@ -13,6 +13,9 @@
 #ifdef DP_HAVE_GLOO
 #include "dist/gloo_comm.h"
 #endif
+#ifdef DP_HAVE_MPI
+#include "dist/mpi_comm.h"
+#endif
 
 namespace dp {
 
@@ -34,6 +37,9 @@ DistConfig dist_config_from_json(const std::string& text) {
   if (port > 65535) fail(DP_ERR_MODEL, "/master_port: expected a port in [1, 65535], got " + std::to_string(port));
   c.master_port = static_cast<int>(port);
   c.timeout_s = a.number("timeout_s", c.timeout_s, 0.001, 86400);
+  c.backend = a.string("backend", c.backend);
+  if (c.backend != "gloo" && c.backend != "mpi")
+    fail(DP_ERR_MODEL, "/backend: expected \"gloo\" or \"mpi\", got \"" + c.backend + "\"");
   a.finish("a process group config");
   return c;
 }
@@ -43,7 +49,15 @@ ProcessGroup::ProcessGroup(const DistConfig& config) : config_(config) {
 #ifdef DP_HAVE_GLOO
   store_ = std::make_unique<TcpStore>(config_.master_addr, config_.master_port, config_.rank == 0, config_.timeout_s);
   rendezvous(*store_, config_);
-  comm_ = std::make_unique<GlooComm>(*store_, config_);
+  if (config_.backend == "mpi") {
+#ifdef DP_HAVE_MPI
+    comm_ = std::make_unique<MpiComm>(config_);
+#else
+    fail(DP_ERR_DEVICE, "this dp was built without Open MPI (Debian's libopenmpi-dev), so it has no mpi backend: use gloo");
+#endif
+  } else {
+    comm_ = std::make_unique<GlooComm>(*store_, config_);
+  }
   // Processes on this machine: those with this host name. Without a LOCAL_RANK (processes started
   // by hand with RANK and WORLD_SIZE), this one's place among them in rank order, so that two
   // processes on one machine do not both take cuda:0.

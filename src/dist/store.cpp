@@ -116,6 +116,11 @@ DistConfig dist_config_from_env() {
     if (c.master_port == 65535) fail(DP_ERR_INVALID_ARGUMENT, "MASTER_PORT=65535: under torchrun dp's store needs the next port");
     ++c.master_port;
   }
+  if (const char* b = std::getenv("DP_BACKEND"); b && *b) {
+    c.backend = b;
+    if (c.backend != "gloo" && c.backend != "mpi")
+      fail(DP_ERR_INVALID_ARGUMENT, std::string("DP_BACKEND=\"") + b + "\": expected gloo or mpi (CPU tensors across processes)");
+  }
   if (const char* t = std::getenv("DP_COMM_TIMEOUT"); t && *t) {
     char* end = nullptr;
     const double s = std::strtod(t, &end);

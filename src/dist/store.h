@@ -32,6 +32,7 @@ struct DistConfig {
   int master_port = 29500;  // torchrun's default
   double timeout_s = 300;
   std::string launcher;  // "torchrun", "mpirun", "slurm" or "" (no launcher: one process)
+  std::string backend = "gloo";  // the processes' communicator: "gloo", or "mpi" under mpirun (DP_BACKEND)
 };
 
 // Throws DP_ERR_INVALID_ARGUMENT naming the variable that is malformed or

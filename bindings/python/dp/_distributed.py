@@ -222,16 +222,21 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     or seconds: how long to wait for the others, here and in every later
     collective call; default DP_COMM_TIMEOUT, else 300 s). backend: None,
     "gloo" or "nccl": processes talk over TCP with Gloo, and groups on GPUs
-    sum gradients with NCCL whichever is named. Rank 0 serves the
+    sum gradients with NCCL whichever is named; "mpi" (a job mpirun started,
+    in a dp built with Open MPI): CPU tensors go through Open MPI, over
+    shared memory on one machine, and any failure in a step ends the whole
+    job (docs/distributed.md). None also reads DP_BACKEND. Rank 0 serves the
     start-up store at master_addr:master_port. Raises ValueError when already
     initialized, dp.ModelError for a bad value (a rank outside the world),
     dp.CommError when the others do not all arrive within the timeout,
     dp.IOError when rank 0 cannot listen on the port. Returns the group."""
     global _default
-    if backend is not None and str(backend).lower() not in ('gloo', 'nccl', 'cpu:gloo,cuda:nccl'):
-        raise InvalidArgumentError(f'backend {backend!r}: dp\'s process groups use Gloo, and NCCL for groups on GPUs; '
-                         f'use backend="gloo" or "nccl", or leave it out')
+    if backend is not None and str(backend).lower() not in ('gloo', 'nccl', 'cpu:gloo,cuda:nccl', 'mpi'):
+        raise InvalidArgumentError(f'backend {backend!r}: dp\'s process groups use Gloo (or Open MPI under mpirun), '
+                                   f'and NCCL for groups on GPUs; use backend="gloo", "mpi" or "nccl", or leave it out')
     cfg = _config(init_method, timeout, world_size, rank, local_rank, master_addr, master_port)
+    if backend is not None:
+        cfg['backend'] = 'mpi' if str(backend).lower() == 'mpi' else 'gloo'
     with _default_lock:
         if _default is not None:
             raise InvalidArgumentError('trying to initialize the default process group twice '

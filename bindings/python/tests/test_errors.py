@@ -110,7 +110,7 @@ CASES = [
      ValueError),
     ('set_parameters(too few)', lambda f: f['model'].set_parameters(np.zeros(3, np.float32)),
      dp.InvalidArgumentError, ValueError),
-    ('init_process_group("mpi")', lambda f: dp.init_process_group('mpi'), dp.InvalidArgumentError, ValueError),
+    ('init_process_group("ucc")', lambda f: dp.init_process_group('ucc'), dp.InvalidArgumentError, ValueError),
     ('get_rank() before init_process_group', lambda f: dp.get_rank(), dp.InvalidArgumentError, ValueError),
     ('DataLoader(batch_size=0)', lambda f: dp.DataLoader(f['dataset'], batch_size=0), dp.ModelError, ValueError),
     # an unknown name

@@ -126,6 +126,43 @@ def kill_rank_under_mpirun(cmd, label, env=None):
     expect(time.time() - t0 < 30, f'{label}: within the timeout')
 
 
+def ctrl_c_under_mpirun(mpirun_cmd, label, env=None):
+    """Ctrl-C in the terminal that runs mpirun: the terminal signals mpirun's process group. Open
+    MPI 4.1 puts each rank in a group of its own and passes the stop on as SIGTERM, then exits;
+    rank 0 must still write its checkpoint (dp died of SIGTERM before it stopped on it). An
+    epoch of 60,000 rows outlasts the wait, so the file is the stop's, not an epoch end's."""
+    ckpt = f'{tmp}/{label.replace(" ", "_")}_stop.ckpt'
+    args = [a if a != 'synthetic:600' else 'synthetic:60000'
+            for a in train_args('--devices', 'cpu:0', '--save', ckpt, epochs=1000)]
+    job = subprocess.Popen(mpirun_cmd + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, env=env)
+    err, training = [], threading.Event()
+
+    def read_stderr():
+        for line in job.stderr:
+            err.append(line)
+            if 'step ' in line:  # rank 0's first progress line: past start-up, in an epoch
+                training.set()
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    expect(training.wait(60) and job.poll() is None and not os.path.exists(ckpt),
+           f'{label}, Ctrl-C: training (before the signal)', ''.join(err))
+    time.sleep(1)
+    os.killpg(job.pid, signal.SIGINT)
+    try:
+        job.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    reader.join()
+    deadline = time.time() + 30  # the ranks may outlive mpirun by the checkpoint's write
+    while not os.path.exists(ckpt) and time.time() < deadline:
+        time.sleep(0.1)
+    expect(os.path.exists(ckpt), f"{label}, Ctrl-C to the terminal's process group: rank 0 writes the checkpoint",
+           ''.join(err))
+    expect(job.returncode != 0, f'{label}, Ctrl-C: the job ends non-zero (got {job.returncode})')
+
+
 tmp = tempfile.mkdtemp(prefix='dp_launch_')
 
 # 1. Two processes of one device each train as one process of two devices.
@@ -266,40 +303,7 @@ if mpirun:
     # A rank killed under mpirun: the job ends non-zero within the timeout.
     kill_rank_under_mpirun(mpi + train_args('--devices', 'cpu:0', epochs=1000), 'mpirun')
 
-    # Ctrl-C in the terminal that runs mpirun: the terminal signals mpirun's process group. Open
-    # MPI 4.1 puts each rank in a group of its own and passes the stop on as SIGTERM, then exits;
-    # rank 0 must still write its checkpoint (dp died of SIGTERM before it stopped on it). An
-    # epoch of 60,000 rows outlasts the wait, so the file is the stop's, not an epoch end's.
-    ckpt = f'{tmp}/mpi_stop.ckpt'
-    args = [a if a != 'synthetic:600' else 'synthetic:60000'
-            for a in train_args('--devices', 'cpu:0', '--save', ckpt, epochs=1000)]
-    job = subprocess.Popen(mpi + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    err, training = [], threading.Event()
-
-    def read_stderr():
-        for line in job.stderr:
-            err.append(line)
-            if 'step ' in line:  # rank 0's first progress line: past start-up, in an epoch
-                training.set()
-    reader = threading.Thread(target=read_stderr)
-    reader.start()
-    expect(training.wait(60) and job.poll() is None and not os.path.exists(ckpt),
-           'mpirun, Ctrl-C: training (before the signal)', ''.join(err))
-    time.sleep(1)
-    os.killpg(job.pid, signal.SIGINT)
-    try:
-        job.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-    reader.join()
-    deadline = time.time() + 30  # the ranks may outlive mpirun by the checkpoint's write
-    while not os.path.exists(ckpt) and time.time() < deadline:
-        time.sleep(0.1)
-    expect(os.path.exists(ckpt), "mpirun, Ctrl-C to the terminal's process group: rank 0 writes the checkpoint",
-           ''.join(err))
-    expect(job.returncode != 0, f'mpirun, Ctrl-C: the job ends non-zero (got {job.returncode})')
+    ctrl_c_under_mpirun(mpi, 'mpirun')
 else:
     print('mpirun not installed: its cases skipped')
 
@@ -348,6 +352,10 @@ if mpirun and HAVE_MPI_BACKEND:
     kill_rank_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',
                             f'MASTER_PORT={free_port()}', '-x', 'DP_BACKEND=mpi']
                            + train_args('--devices', 'cpu:0', epochs=1000), 'mpi backend', env=mpi_env)
+
+    # Ctrl-C to mpirun's terminal: every rank stops after the same step, rank 0 writes the checkpoint.
+    ctrl_c_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',
+                         f'MASTER_PORT={free_port()}', '-x', 'DP_BACKEND=mpi'], 'mpi backend', env=mpi_env)
 
     # Without mpirun: a clear error on every rank, not a hang.
     res = finish(start_ranks(train_args('--devices', 'cpu:0', epochs=1), 2, free_port(), DP_BACKEND='mpi'), timeout=60)

@@ -49,7 +49,9 @@ __all__ = ['Error', 'InvalidArgumentError', 'JSONError', 'ModelError', 'ShapeErr
            'Optimizer', 'SGD', 'Adam', 'AdamW', 'lr_scheduler', 'Dataset', 'FashionMNIST', 'DataLoader', 'save_checkpoint',
            'load_checkpoint', 'checkpoint_metadata', 'version', 'library_path', 'ProcessGroup',
            'DistributedDataParallel', 'init_process_group', 'is_initialized', 'get_rank', 'get_world_size',
-           'get_local_rank', 'barrier', 'request_stop', 'stop_requested', 'destroy_process_group']
+           'get_local_rank', 'barrier', 'request_stop', 'stop_requested', 'destroy_process_group',
+           'device_count', 'device_count_why', 'device_name', 'ABI_VERSION', 'HAVE_ZERO_COPY', 'FASHION_MNIST_DIR',
+           'FASHION_MNIST_NORMALIZE']
 
 ABI_VERSION = _lib.ABI_VERSION
 library_path = _lib.path

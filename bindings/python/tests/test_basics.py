@@ -275,3 +275,16 @@ def test_copy_and_pickle_of_handle_objects_are_refused_clearly(tmp_path):
     assert view.tolist() == [5.0, 6.0, 7.0, 8.0]  # the view keeps the tensor alive
     with pytest.raises(dp.UnsupportedError, match='pickling of a dp.Tensor'):
         pickle.dumps(view)
+
+
+def test_all_names_every_public_name():
+    """`from dp import *` gives every public name dp has (device_count was missing), and nothing
+    it lacks; dp.IOError stays out so that the builtin IOError is not shadowed."""
+    import types
+    public = {n for n in dir(dp) if not n.startswith('_') and not isinstance(getattr(dp, n), types.ModuleType)}
+    assert set(dp.__all__) - set(dir(dp)) == set()
+    assert public - set(dp.__all__) == {'IOError'}
+    assert len(dp.__all__) == len(set(dp.__all__))
+    namespace = {}
+    exec('from dp import *', namespace)
+    assert 'IOError' not in namespace and namespace['device_count'] is dp.device_count

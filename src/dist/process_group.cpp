@@ -38,7 +38,7 @@ DistConfig dist_config_from_json(const std::string& text) {
   c.master_port = static_cast<int>(port);
   c.timeout_s = a.number("timeout_s", c.timeout_s, 0.001, 86400);
   c.backend = a.string("backend", c.backend);
-  if (c.backend != "gloo" && c.backend != "mpi")
+  if (!known_backend(c.backend))
     fail(DP_ERR_MODEL, "/backend: expected \"gloo\" or \"mpi\", got \"" + c.backend + "\"");
   a.finish("a process group config");
   return c;

@@ -88,6 +88,8 @@ std::string seconds_text(double s) {
   return text;
 }
 
+bool known_backend(const std::string& backend) { return backend == "gloo" || backend == "mpi"; }
+
 DistConfig dist_config_from_env() {
   DistConfig c;
   const char* sources[][4] = {{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
@@ -118,7 +120,7 @@ DistConfig dist_config_from_env() {
   }
   if (const char* b = std::getenv("DP_BACKEND"); b && *b) {
     c.backend = b;
-    if (c.backend != "gloo" && c.backend != "mpi")
+    if (!known_backend(c.backend))
       fail(DP_ERR_INVALID_ARGUMENT, std::string("DP_BACKEND=\"") + b + "\": expected gloo or mpi (CPU tensors across processes)");
   }
   if (const char* t = std::getenv("DP_COMM_TIMEOUT"); t && *t) {

@@ -35,6 +35,9 @@ struct DistConfig {
   std::string backend = "gloo";  // the processes' communicator: "gloo", or "mpi" under mpirun (DP_BACKEND)
 };
 
+// Whether `backend` names a communicator of processes ("gloo", "mpi").
+bool known_backend(const std::string& backend);
+
 // Throws DP_ERR_INVALID_ARGUMENT naming the variable that is malformed or
 // inconsistent (a rank outside [0, world size), a port outside [1, 65535]).
 DistConfig dist_config_from_env();

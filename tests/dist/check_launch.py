@@ -90,9 +90,10 @@ def last_json(text):
     return json.loads(lines[-1]) if lines else None
 
 
-def kill_rank_under_mpirun(cmd, label, env=None):
-    """Starts an mpirun job, SIGKILLs its rank 1 (found by its environment) once it trains, and
-    checks that mpirun ends the whole job non-zero within the timeout."""
+def kill_rank_under_mpirun(cmd, label, env=None, sig=signal.SIGKILL, says=()):
+    """Starts an mpirun job, sends its rank 1 (found by its environment) `sig` once it trains
+    (SIGKILL: it dies; SIGSTOP: it stops answering), and checks that the whole job ends non-zero
+    within the timeout, its stderr holding each of `says`."""
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     victim = None
     for _ in range(200):
@@ -115,15 +116,22 @@ def kill_rank_under_mpirun(cmd, label, env=None):
         job.communicate()
         return
     time.sleep(2)
-    os.kill(victim, signal.SIGKILL)
+    os.kill(victim, sig)
     t0 = time.time()
     try:
         _, e = job.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         job.kill()
         _, e = job.communicate()
-    expect(job.returncode not in (0, None), f'{label}: a killed rank ends the job non-zero ({job.returncode})', e)
-    expect(time.time() - t0 < 30, f'{label}: within the timeout')
+    try:
+        os.kill(victim, signal.SIGKILL)  # a stopped rank the job left behind
+    except OSError:
+        pass
+    what = 'a killed rank' if sig == signal.SIGKILL else 'a silent rank'
+    expect(job.returncode not in (0, None), f'{label}: {what} ends the job non-zero ({job.returncode})', e)
+    expect(time.time() - t0 < 30, f'{label}: {what}: within the timeout')
+    for text in says:
+        expect(text in e, f'{label}: {what}: the job says {text!r}', e)
 
 
 def ctrl_c_under_mpirun(mpirun_cmd, label, env=None):
@@ -352,6 +360,13 @@ if mpirun and HAVE_MPI_BACKEND:
     kill_rank_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',
                             f'MASTER_PORT={free_port()}', '-x', 'DP_BACKEND=mpi']
                            + train_args('--devices', 'cpu:0', epochs=1000), 'mpi backend', env=mpi_env)
+
+    # A rank that stops answering (SIGSTOP) mid-step: the survivor's collective reaches
+    # DP_COMM_TIMEOUT, it says so and ends the job (MPI_Abort), rather than waiting forever.
+    kill_rank_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',
+                            f'MASTER_PORT={free_port()}', '-x', 'DP_BACKEND=mpi', '-x', 'DP_COMM_TIMEOUT=3']
+                           + train_args('--devices', 'cpu:0', epochs=1000), 'mpi backend', env=mpi_env,
+                           sig=signal.SIGSTOP, says=('no answer within 3 s (DP_COMM_TIMEOUT)', 'ending the MPI job'))
 
     # Ctrl-C to mpirun's terminal: every rank stops after the same step, rank 0 writes the checkpoint.
     ctrl_c_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',

@@ -1,5 +1,5 @@
 // All-reduce between processes over loopback, as dp's process groups run it
-// (dp::GlooComm), at 64 B, 64 KB, 1 MB and 32 MB of float32, beside memcpy
+// (dp::GlooComm), at 64 B, 64 KB, 256 KB (a CPU group's bucket), 1 MB and 32 MB of float32, beside memcpy
 // of the same size on this machine: a gradient bucket's all-reduce
 // (all_reduce_bucket: Gloo's halving-doubling on sync connections, in
 // 512 KB pieces) and the general one (Gloo's ring, the step's small
@@ -36,7 +36,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // One rank's part: the table (rank 0 prints it). Returns the exit status.
 int run_rank(const dp::DistConfig& c) {
   const int r = c.rank, world = c.world_size;
-  const std::vector<int64_t> sizes = {64, 64 << 10, 1 << 20, 32 << 20};  // bytes: a step's small exchanges, buckets
+  const std::vector<int64_t> sizes = {64, 64 << 10, 256 << 10, 1 << 20, 32 << 20};  // bytes: a step's small exchanges, buckets
   const int rounds = 20;
   try {
     dp::ProcessGroup pg(c);

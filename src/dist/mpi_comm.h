@@ -38,8 +38,10 @@ class MpiComm final : public Communicator {
   int size() const override { return world_size_; }
   int rank() const { return rank_; }
   // Collectives complete before they return (wait() has nothing to do).
-  // Sums follow Open MPI's algorithm, which it picks from the sizes alone:
-  // with 2 processes they are bitwise Gloo's, and bitwise run to run
+  // Sums follow the algorithm dp asks of Open MPI's non-blocking all-reduce
+  // (libnbc's reduce-scatter then all-gather, mpi_comm.cpp; the user's MCA
+  // setting wins), fixed by the sizes alone: with 2 processes they are
+  // bitwise Gloo's, and bitwise run to run
   // (tests/dist/check_launch.py); with more, within the tolerance of one
   // process (tested with 3).
   void all_reduce(int member, const float* in, float* out, int64_t count) override;

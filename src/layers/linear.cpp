@@ -39,14 +39,16 @@ class Linear final : public Layer, public LinearAttrs {
     io.out->resize(DP_F32, os);
     float* y = io.out->f32();
     const float* W = io.params;
-    gemm(ctx.pool, false, true, R, out_, in_, 1.f, x.f32(), in_, W, in_, 0.f, y, out_);
+    // y starts as the bias and the product is added to it (beta = 1), as
+    // PyTorch's addmm: one pass over y, where a product into zeros (the
+    // BLAS's own zeroing pass for beta = 0) then a bias pass were two.
     if (bias_) {
       const float* b = W + out_ * in_;
       parallel_for(ctx.pool, R, 1 + kElemGrain / (out_ + 1), [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r)
-          for (int64_t j = 0; j < out_; ++j) y[r * out_ + j] += b[j];
+        for (int64_t r = lo; r < hi; ++r) std::copy(b, b + out_, y + r * out_);
       });
     }
+    gemm(ctx.pool, false, true, R, out_, in_, 1.f, x.f32(), in_, W, in_, bias_ ? 1.f : 0.f, y, out_);
   }
 
   void backward(const RunCtx& ctx, LayerIO& io) const override {

@@ -36,6 +36,8 @@ TEST_CASE("max_pool2d: forward against a naive loop, gradients") {
   const PoolCfg cfgs[] = {
       {2, 2, 0, 1, false, 4, 6}, {3, 2, 1, 1, true, 5, 6}, {3, 2, 1, 1, false, 5, 6},
       {2, 1, 1, 2, false, 5, 5}, {3, 3, 1, 1, true, 7, 8}, {2, 2, 0, 1, true, 5, 5},
+      // every window inside the plane (the layer's direct path), with overlap and dilation
+      {3, 1, 0, 1, false, 5, 6}, {3, 2, 0, 2, false, 9, 8}, {2, 3, 0, 1, true, 8, 7},
   };
   for (const PoolCfg& c : cfgs) {
     nlohmann::json j{{"type", "max_pool2d"}, {"kernel_size", c.k}, {"stride", c.s}, {"padding", c.p},
@@ -85,6 +87,9 @@ TEST_CASE("max_pool2d: errors") {
   auto l = make_layer({{"type", "max_pool2d"}, {"kernel_size", 3}});
   expect_error([&] { l->infer({Shape{16, 16}}); }, DP_ERR_SHAPE, {"[C, H, W]", "got [16, 16]"});
   expect_error([&] { l->infer({Shape{1, 2, 2}}); }, DP_ERR_SHAPE, {"[1, 2, 2]"});
+  // the index of a maximum within its plane is an int32
+  expect_error([&] { l->infer({Shape{1, 65536, 32768}}); }, DP_ERR_SHAPE, {"[1, 65536, 32768]", "2^31 - 1"});
+  CHECK_NOTHROW(l->infer({Shape{1, 65536, 32767}}));
 }
 
 // The usual pooling (kernel 2, stride 2) on data full of ties and NaNs (values

@@ -54,7 +54,7 @@ struct StepBatch {
   dp_tensor* input = nullptr;
   dp_tensor* target = nullptr;
 };
-StepBatch step_batch(dp_context* ctx, int step, const std::vector<int64_t>& shape, bool mse) {
+StepBatch step_batch(dp_context* ctx, int step, const std::vector<int64_t>& shape, bool mse, bool ignored = false) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   const int64_t batch = shape[0];
@@ -69,7 +69,10 @@ StepBatch step_batch(dp_context* ctx, int step, const std::vector<int64_t>& shap
     b.target = make_f32(ctx, t, {batch, 3});
   } else {
     std::vector<int64_t> t(static_cast<size_t>(batch));
-    for (auto& v : t) v = rng.next() % 5;
+    for (auto& v : t) {
+      v = rng.next() % (ignored ? 6 : 5);
+      if (v == 5) v = -100;  // cross entropy's ignore_index
+    }
     b.target = make_i64(ctx, t, {batch});
   }
   return b;
@@ -93,10 +96,11 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   std::vector<int64_t> shape{batch};
   for (int i = 0; i < nd; ++i) shape.push_back(in_shape[i]);
   bool mse = std::string(json).find("\"mse\"") != std::string::npos;
+  bool ignored = std::string(json).find("\"ignore_index\"") != std::string::npos;  // then some targets are -100
 
   Run run;
   for (int step = 0; step < steps; ++step) {
-    const StepBatch b = step_batch(ctx, step, shape, mse);
+    const StepBatch b = step_batch(ctx, step, shape, mse, ignored);
     float loss = 0;
     DP_REQUIRE_OK(dp_group_train_step(group, opt, b.input, b.target, &loss));
     run.losses.push_back(loss);
@@ -130,6 +134,31 @@ TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {
         Run many = train(kConvModel, cpu_devices(n), opt, batch, 20);
         int64_t chunk = (batch + n - 1) / n;
         CHECK(many.split.size() == static_cast<size_t>((batch + chunk - 1) / chunk));
+        require_close(one.params, many.params);
+        for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+// Cross entropy's mean with class weights and ignored rows divides by the
+// batch's weight, not its rows: every replica divides by the whole batch's.
+TEST_CASE("N devices train exactly as one: cross entropy with class weights, ignore_index, label smoothing") {
+  std::string json = kConvModel;
+  const std::string plain = R"("loss": {"type": "cross_entropy"})";
+  REQUIRE(json.find(plain) != std::string::npos);
+  json.replace(json.find(plain), plain.size(),
+               R"("loss": {"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "label_smoothing": 0.1})");
+  const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+  const char* adam = R"({"type": "adam", "lr": 0.01})";
+  for (const char* opt : {sgd, adam}) {
+    for (int64_t batch : {30, 10, 7}) {
+      Run one = train(json.c_str(), "cpu:0", opt, batch, 20);
+      for (int n : {2, 3, 8}) {
+        CAPTURE(opt);
+        CAPTURE(batch);
+        CAPTURE(n);
+        Run many = train(json.c_str(), cpu_devices(n), opt, batch, 20);
         require_close(one.params, many.params);
         for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
       }

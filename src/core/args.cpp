@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -221,8 +222,10 @@ std::vector<double> Args::numbers(const char* key, std::vector<double> default_v
                                   double hi) {
   const json* v = get(key);
   if (!v) return keep(key, default_value);
-  std::string what = "a list of " + std::to_string(count) + " numbers in [" + json(lo).dump() + ", " + json(hi).dump() + "]";
-  if (!v->is_array() || v->size() != count) bad(key, what, *v);
+  const std::string range = hi >= std::numeric_limits<double>::max() ? ">= " + json(lo).dump()
+                                                                       : "in [" + json(lo).dump() + ", " + json(hi).dump() + "]";
+  std::string what = "a list of " + (count ? std::to_string(count) + " " : std::string()) + "numbers " + range;
+  if (!v->is_array() || (count ? v->size() != count : v->empty())) bad(key, what, *v);
   std::vector<double> out;
   for (const auto& x : *v) {
     if (!x.is_number() || !(x.get<double>() >= lo && x.get<double>() <= hi)) bad(key, what, *v);

@@ -53,6 +53,7 @@ class Args {
   std::array<int64_t, 2> required_pair(const char* key, int64_t min_value, int64_t max_value = INT64_MAX);
   // A number in [lo, hi].
   double number(const char* key, double default_value, double lo, double hi);
+  // A list of `count` numbers in [lo, hi] (count 0: any number of them but none).
   std::vector<double> numbers(const char* key, std::vector<double> default_value, size_t count, double lo, double hi);
   bool boolean(const char* key, bool default_value);
   std::string string(const char* key, const std::string& default_value);

@@ -208,26 +208,34 @@ static const char* job_name(double code) {
   return j >= 0 && j < 5 ? names[j] : "nothing";
 }
 
-int64_t Group::exchange(Job job, int64_t rows, bool refused, bool accumulate) {
+int64_t Group::exchange(Job job, int64_t rows, bool refused, bool accumulate, double* loss_total) {
   const int world = procs_->world_size(), me = procs_->rank();
-  exchange_.assign(static_cast<size_t>(3 * world), 0.0);
-  exchange_[3 * me] = accumulate ? 5 : 1 + static_cast<int>(job);
-  exchange_[3 * me + 1] = static_cast<double>(rows);
-  exchange_[3 * me + 2] = refused ? 1 : 0;
+  exchange_.assign(static_cast<size_t>(kExchangeSlots * world), 0.0);
+  double* mine = exchange_.data() + kExchangeSlots * me;
+  mine[0] = accumulate ? 5 : 1 + static_cast<int>(job);
+  mine[1] = static_cast<double>(rows);
+  mine[2] = refused ? 1 : 0;
+  mine[3] = loss_total ? *loss_total : 0;
   procs_->comm()->all_reduce_f64(me, exchange_.data(), static_cast<int64_t>(exchange_.size()));
   int64_t batch = 0;
+  double weight = 0;  // summed in rank order: the same on every rank
   for (int r = 0; r < world; ++r) {
-    if (exchange_[3 * r] != exchange_[0])
-      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + " called " + job_name(exchange_[3 * r]) + " while rank 0 called " +
+    const double* theirs = exchange_.data() + kExchangeSlots * r;
+    if (theirs[0] != exchange_[0])
+      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + " called " + job_name(theirs[0]) + " while rank 0 called " +
                                         job_name(exchange_[0]) + ": every process must make the same calls in the same order");
-    if (exchange_[3 * r + 2] != 0)
-      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + "'s " + job_name(exchange_[3 * r]) +
+    if (theirs[2] != 0)
+      fail(DP_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) + "'s " + job_name(theirs[0]) +
                                         " was refused (its error says why): no process ran it");
-    batch += static_cast<int64_t>(exchange_[3 * r + 1]);
+    batch += static_cast<int64_t>(theirs[1]);
+    weight += theirs[3];
   }
   if (batch < 1) fail(DP_ERR_SHAPE, std::string(job_name(exchange_[0])) + ": every process gave 0 rows");
+  if (loss_total) *loss_total = weight;
   return batch;
 }
+
+int64_t Group::rows_of_rank(int r) const { return static_cast<int64_t>(exchange_[kExchangeSlots * static_cast<size_t>(r) + 1]); }
 
 // A backward job reuses the last forward's split; the others split the
 // (global) batch over every device of every process.
@@ -235,7 +243,11 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
                 Tensor* output, Optimizer* opt, double loss_scale) {
   if (job != Job::kBackward) {
     const int64_t rows = input->shape()[0];
-    const int64_t batch = procs_ ? exchange(job, rows, false, job == Job::kTrain && !opt) : rows;
+    // What the loss's mean divides by: the whole batch's weight (its rows, or
+    // cross entropy's class weights and ignored rows), from every process.
+    double loss_total = target && model_.loss ? model_.loss->weight_of(*target) : -1;
+    const int64_t batch =
+        procs_ ? exchange(job, rows, false, job == Job::kTrain && !opt, target ? &loss_total : nullptr) : rows;
     split_batch(batch, global_, mode_, global_split_);
     // Each process's rows must be its devices' share: a loader sharded by
     // this group reads exactly that.
@@ -244,7 +256,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
       int64_t share = 0;
       if (procs_ && static_cast<int>(r) == procs_->rank()) my_offset = at;
       for (int i = 0; i < rank_devices_[r]; ++i, ++d) share += d < global_split_.size() ? global_split_[d] : 0;
-      const int64_t given = procs_ ? static_cast<int64_t>(exchange_[3 * r + 1]) : rows;
+      const int64_t given = procs_ ? rows_of_rank(static_cast<int>(r)) : rows;
       if (given != share)
         fail(DP_ERR_SHAPE, "rank " + std::to_string(r) + " gave " + std::to_string(given) + " rows of a global batch of " +
                                std::to_string(batch) + ", but its " + std::to_string(rank_devices_[r]) +
@@ -266,6 +278,7 @@ void Group::run(Job job, bool training, const Tensor* input, const Tensor* targe
       c.step = step_;
       c.sample_offset = my_offset + off;  // dropout masks are keyed by the row of the global batch
       c.batch_total = batch;
+      c.loss_total = loss_total;
       c.loss_scale = loss_scale;
       off += split_[r];
     }

@@ -110,7 +110,10 @@ class Group {
   // different jobs, or one's checks refused its tensors (`refused`: this
   // one's did, and it throws its own error after).
   // `accumulate`: kTrain is forward_backward's.
-  int64_t exchange(Job job, int64_t rows, bool refused, bool accumulate = false);
+  // `loss_total`, where given: this process's Loss::weight_of its targets
+  // in, the whole batch's out.
+  int64_t exchange(Job job, int64_t rows, bool refused, bool accumulate = false, double* loss_total = nullptr);
+  int64_t rows_of_rank(int r) const;  // from the last exchange
   // The checks of a job's tensors; with processes, a refusal reaches every
   // process (so that none waits for the others' step).
   void check_job(Job job, const Tensor& input, const Tensor* target, bool accumulate = false);
@@ -127,6 +130,7 @@ class Group {
   int first_ = 0, global_ = 0;
   std::vector<int> rank_devices_;
   std::vector<double> exchange_;
+  static constexpr int kExchangeSlots = 4;  // per rank: job, rows, refused, the loss's weight of its rows
   std::unique_ptr<Engine> engine_;
   SplitMode mode_ = SplitMode::kChunk;
   int precision_ = DP_PRECISION_FP32;

@@ -37,6 +37,9 @@ struct RunCtx {
   int64_t step = 0;           // training forward passes so far (dropout key)
   int64_t sample_offset = 0;  // global batch index of this replica's first row
   int64_t batch_total = 0;    // the whole batch, over all replicas (loss mean)
+  // What a loss's mean divides by, over the whole batch (Loss::weight_of
+  // summed over every replica of every process); < 0: batch_total.
+  double loss_total = -1;
   double loss_scale = 1;      // losses: the gradient is of loss_scale * loss (accumulation's 1/K)
   Workers* pool = nullptr;    // this device's intra-op workers
   CudaCtx* cuda = nullptr;    // a CUDA replica's device, stream and handles; null on a CPU
@@ -125,6 +128,12 @@ class Loss {
   // shape and dtype that the loss needs.
   virtual Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const = 0;
   virtual double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const = 0;
+  // What these target rows weigh in the batch's mean: their number, or, for
+  // cross entropy with class weights or ignore_index, as PyTorch's mean, the
+  // weights of their classes, ignored rows left out. The group adds it up
+  // over the whole batch (RunCtx::loss_total). Never throws: a bad target is
+  // forward_backward's to report.
+  virtual double weight_of(const Tensor& target) const { return target.shape().ndim ? static_cast<double>(target.shape()[0]) : 0; }
 };
 
 // Makes a layer from its JSON arguments: a plain function (the built-ins) or

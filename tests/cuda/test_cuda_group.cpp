@@ -677,6 +677,25 @@ TEST_CASE("3 CUDA replicas with the balanced split, NCCL on one GPU, TF32 allowe
 
 // ----------------------------------------------------------------- errors --
 
+TEST_CASE("cross entropy's class weights and ignore_index: refused on a GPU group at creation, naming them") {
+  progress("errors: a weighted cross entropy on CUDA");
+  dp_context* ctx = nullptr;
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  const char* weighted = R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}],
+    "loss": {"type": "cross_entropy", "weight": [1, 2, 3]}})";
+  DP_REQUIRE_OK(dp_model_from_json(ctx, weighted, &m));
+  dp_group* g = reinterpret_cast<dp_group*>(0x1);
+  dp_status st = dp_group_create(m, "cuda:0", &g);
+  CHECK_MESSAGE(st == DP_ERR_MODEL, last(st));
+  CHECK(std::string(dp_last_error()).find("weight and ignore_index run on CPU devices only") != std::string::npos);
+  CHECK(g == reinterpret_cast<dp_group*>(0x1));
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));  // the model is still usable
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}
+
 TEST_CASE("device errors: cuda:99, cpu and cuda mixed") {
   progress("errors: bad device lists");
   dp_context* ctx = nullptr;

@@ -111,6 +111,30 @@ TEST_CASE("P processes train exactly as one process with all their devices, and 
   }
 }
 
+// Cross entropy's mean with class weights and ignored rows divides by the
+// whole batch's weight, which each process sums over its own rows: the
+// processes add theirs up before the loss, so a world trains as one process.
+TEST_CASE("cross entropy with class weights and ignore_index across processes: as one process, as one device") {
+  for (int64_t batch : {30, 7}) {
+    CAPTURE(batch);
+    Setup s;
+    s.model = kModelWeightedLoss;
+    s.ignored = true;
+    s.batch = batch;
+    s.devices = "cpu:0";
+    const Result one = run(s, 0, 0, 0);
+    s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
+    const Result four = run(s, 0, 0, 0);
+    require_same_run(four, one, 1e-5, "1 process x 4 devices against 1 device");
+    const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
+    REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
+    require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4");
+    const std::vector<Result> three = run_world(s, {"cpu:0", "cpu:0,cpu:1", "cpu:0"});
+    for (const Result& r : three) REQUIRE(bitwise_equal(r, three[0]));
+    require_same_run(three[0], one, 1e-5, "3 processes (1, 2, 1 devices) against 1 device");
+  }
+}
+
 // clip_grad_norm_ takes the norm of the gradients summed over every device
 // of every process: each split sees the same norm and clips alike. (A small
 // max_norm, so that most steps clip.) Accumulation over processes: the

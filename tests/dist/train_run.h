@@ -24,6 +24,12 @@ const char* const kModelNoBatchNorm = R"({"seed": 7, "input": {"shape": [6]},
   "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
              {"type": "linear", "out_features": 5}],
   "loss": {"type": "cross_entropy"}})";
+// Cross entropy as PyTorch's with class weights, ignore_index and label
+// smoothing (Setup::ignored makes about a sixth of the targets -100).
+const char* const kModelWeightedLoss = R"({"seed": 7, "input": {"shape": [6]},
+  "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
+             {"type": "linear", "out_features": 5}],
+  "loss": {"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "label_smoothing": 0.1}})";
 const char* const kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
 const char* const kAdam = R"({"type": "adam", "lr": 0.01})";
 const int64_t kSamples = 71;  // batches of 30: 30, 30, 11; of 7: ten of 7 and one of 1
@@ -93,6 +99,7 @@ struct Setup {
   // Result::losses.
   std::string scaler;
   float input_scale = 1;  // the inputs are uniform in [-input_scale, input_scale]
+  bool ignored = false;   // targets in [0, 5) and -100 (ignore_index), instead of [0, 5)
 };
 
 // One process's run: with world > 1, rank `rank` of a process group on
@@ -123,7 +130,10 @@ Result run(const Setup& s, int rank, int world, int port) {
   std::vector<float> x(static_cast<size_t>(s.samples * 6));
   std::vector<int64_t> y(static_cast<size_t>(s.samples));
   for (float& v : x) v = rng.uniform(-s.input_scale, s.input_scale);
-  for (auto& v : y) v = rng.next() % 5;
+  for (auto& v : y) {
+    v = rng.next() % (s.ignored ? 6 : 5);
+    if (v == 5) v = -100;
+  }
   const int64_t sample_shape[] = {6};
   OK(dp_dataset_from_arrays(ctx, x.data(), 1, sample_shape, s.samples, DP_I64, y.data(), 0, nullptr, 0, &ds));
   const std::string lcfg = "{\"batch_size\": " + std::to_string(s.batch) + ", \"shuffle\": true, \"seed\": 3}";

@@ -61,6 +61,75 @@ TEST_CASE("cross_entropy: stable for huge logits") {
   CHECK(l->forward_backward(ctx, x, labels_of({0}), &g) == doctest::Approx(0.0));
 }
 
+// Against PyTorch 2.15's F.cross_entropy in float64 on the same logits
+// (exact in float32): class weights, ignore_index (-100, and a class), label
+// smoothing; the mean divides by the weights of the rows not ignored.
+TEST_CASE("cross_entropy: class weights and ignore_index, as PyTorch") {
+  struct Case {
+    double ls;
+    bool weighted;
+    int64_t ignore;
+    std::vector<int64_t> t;
+    double loss;
+    std::vector<float> grad;
+  };
+  const std::vector<Case> cases = {
+      {0.0, true, -100, {0, 2, -100, 1}, 2.486172198925635,
+       {-0.014127905904f, 0.00453253315f, 0.009595372754f, 0.08156799956f, 0.60271052463f, -0.68427852419f, 0, 0, 0,
+        0.100552094822f, -0.137543143273f, 0.036991048452f}},
+      {0.0, false, -100, {0, 2, -100, 1}, 1.4612642291391127,
+       {-0.098895341326f, 0.03172773205f, 0.067167609276f, 0.038065066462f, 0.281264911494f, -0.319329977955f, 0, 0, 0,
+        0.140772932751f, -0.192560400583f, 0.051787467832f}},
+      {0.0, true, 1, {0, 2, 1, 1}, 2.993727634821693,
+       {-0.018542876499f, 0.005948949759f, 0.012593926739f, 0.107057999423f, 0.791057563576f, -0.898115562999f, 0, 0, 0,
+        0, 0, 0}},
+      {0.1, true, -100, {0, 2, -100, 1}, 2.4277290209946014,
+       {0.0091413823f, -0.000684454897f, -0.008456927404f, 0.075630404663f, 0.562629455379f, -0.638259860043f, 0, 0, 0,
+        0.102986877027f, -0.117648043608f, 0.01466116658f}},
+      {0.1, false, -100, {0, 2, -100, 1}, 1.4640420069168907,
+       {-0.076673119104f, 0.020616620939f, 0.056056498165f, 0.02695395535f, 0.270153800383f, -0.297107755733f, 0, 0, 0,
+        0.129661821639f, -0.170338178361f, 0.040676356721f}},
+      {0.1, true, 1, {0, 2, 1, 1}, 2.8749960287364837,
+       {0.011998064269f, -0.000898347052f, -0.011099717217f, 0.09926490612f, 0.738451160186f, -0.837716066306f, 0, 0, 0,
+        0, 0, 0}},
+  };
+  Tensor x = tensor_of(Shape{4, 3}, {1.5f, -0.5f, 0.25f, 0.f, 2.f, -1.f, -2.f, 0.5f, 1.f, 0.75f, 0.75f, -0.25f});
+  for (const Case& c : cases) {
+    nlohmann::json j{{"type", "cross_entropy"}, {"label_smoothing", c.ls}, {"ignore_index", c.ignore}};
+    if (c.weighted) j["weight"] = {0.2, 1.0, 3.0};
+    CAPTURE(j.dump());
+    auto l = make_loss(j);
+    dp_dtype dt;
+    l->target_shape(Shape{3}, &dt);
+    const Tensor t = labels_of(c.t);
+    RunCtx ctx;
+    ctx.batch_total = 4;
+    ctx.loss_total = l->weight_of(t);  // what the group sums over the batch
+    Tensor g;
+    const double loss = l->forward_backward(ctx, x, t, &g);
+    CHECK(loss == doctest::Approx(c.loss).epsilon(1e-9));
+    check_close(g, c.grad, 1e-6f);
+    CHECK_RESULT(loss_gradcheck(*l, ctx, x, t, 1e-3, 1e-3));
+    // Two replicas (rows [0, 1) and [1, 4)), each dividing by the whole batch's weight.
+    Tensor ga, gb;
+    RunCtx cb = ctx;
+    cb.sample_offset = 1;
+    const double sa = l->forward_backward(ctx, x.rows(0, 1), t.rows(0, 1), &ga);
+    const double sb = l->forward_backward(cb, x.rows(1, 3), t.rows(1, 3), &gb);
+    CHECK(sa + sb == doctest::Approx(loss).epsilon(1e-12));
+    check_close(gb, std::vector<float>(g.f32() + 3, g.f32() + 12), 0.f);
+  }
+  // Every row ignored: 0 / 0, NaN as in PyTorch (a training step then skips).
+  auto l = make_loss({{"type", "cross_entropy"}});
+  const Tensor t = labels_of({-100, -100, -100, -100});
+  RunCtx ctx;
+  ctx.batch_total = 4;
+  ctx.loss_total = l->weight_of(t);
+  CHECK(ctx.loss_total == 0);
+  Tensor g;
+  CHECK(std::isnan(l->forward_backward(ctx, x, t, &g)));
+}
+
 TEST_CASE("cross_entropy: errors") {
   auto l = make_loss({{"type", "cross_entropy"}});
   dp_dtype dt;
@@ -81,6 +150,17 @@ TEST_CASE("cross_entropy: errors") {
                {"/loss/label_smoothing: expected a number in [0.0, 1.0], got 1.5"});
   expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", -0.1}}); }, DP_ERR_MODEL,
                {"/loss/label_smoothing: expected a number in [0.0, 1.0], got -0.1"});
+  // class weights: one per class, none negative; ignore_index an integer
+  auto w = make_loss({{"type", "cross_entropy"}, {"weight", {1, 2, 3}}});
+  expect_error([&] { w->target_shape(Shape{4}, &dt); }, DP_ERR_SHAPE, {"3 values for a model of 4 classes"});
+  CHECK_NOTHROW(w->target_shape(Shape{3}, &dt));
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"weight", {1, -2}}}); }, DP_ERR_MODEL,
+               {"/loss/weight: expected a list of numbers >= 0.0, got [1,-2]"});
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"weight", nlohmann::json::array()}}); }, DP_ERR_MODEL,
+               {"/loss/weight", "a list of numbers"});
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"ignore_index", 1.5}}); }, DP_ERR_MODEL, {"/loss/ignore_index"});
+  expect_error([&] { l->forward_backward(ctx, x, labels_of({0, 1, -7, 3, 4}), &g); }, DP_ERR_INVALID_ARGUMENT,
+               {"target -7 at row 4 is outside [0, 10) and is not ignore_index -100"});
 }
 
 TEST_CASE("mse: values, gradient, split shares") {

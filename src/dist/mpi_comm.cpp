@@ -8,12 +8,26 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <tuple>
 
 #include "core/error.h"
 
 namespace dp {
 
 namespace {
+
+// Whether the MPI library is Open MPI of at least this version (callable
+// before MPI_Init).
+bool open_mpi_at_least(int major, int minor, int release) {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return false;
+  const char* at = std::strstr(text, "Open MPI v");
+  int v[3] = {0, 0, 0};
+  if (!at || std::sscanf(at, "Open MPI v%d.%d.%d", &v[0], &v[1], &v[2]) != 3) return false;
+  return std::make_tuple(v[0], v[1], v[2]) >= std::make_tuple(major, minor, release);
+}
 
 // MPI is initialised once per process, and finalised at its exit: a process
 // of an mpirun job that exits without MPI_Finalize fails the job.
@@ -25,11 +39,14 @@ void init_mpi_once() {
   // or 3 processes and for every in-place call: one rank sums the whole
   // buffer while the other waits, then sends it back. Reduce-scatter then
   // all-gather (Rabenseifner's; 3; below one float per process it falls back
-  // to libnbc's ring) has each rank sum its share: 256 KB, a
-  // CPU bucket, in 46 us instead of 90, 1 MB in 120 instead of 263, 32 MB in
-  // 17 ms instead of 41 (build/bench/dist_allreduce, bench/RESULTS.md run 8).
-  // Read at MPI_Init; a value the user set (mpirun --mca, the environment) wins.
-  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
+  // to libnbc's ring) has each rank sum its share: 256 KB, a CPU bucket, in
+  // 46 us instead of 90, 1 MB in 120 instead of 263, 32 MB in 17 ms instead
+  // of 41 (build/bench/dist_allreduce, bench/RESULTS.md run 8). Only from
+  // Open MPI 4.1.2: before it that ring summed in-place calls (all of dp's)
+  // wrongly (open-mpi/ompi#9385). Read at MPI_Init; a value set with mpirun
+  // --mca or in the environment wins (one in an MCA parameter file does
+  // not: the environment outranks it).
+  if (open_mpi_at_least(4, 1, 2)) setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     fail(DP_ERR_COMM, "MPI_Init_thread failed");

@@ -121,7 +121,6 @@ std::unique_ptr<Loss> make_cross_entropy(Args& a) {
   auto l = std::make_unique<CrossEntropy>();
   l->smoothing_ = a.number("label_smoothing", 0.0, 0.0, 1.0);  // [0, 1] as PyTorch (at 1: the uniform target)
   l->weight_ = a.numbers("weight", {}, 0, 0.0, std::numeric_limits<double>::max());  // one per class: target_shape checks
-  l->ignore_given_ = a.has("ignore_index");
   l->ignore_index_ = a.integer("ignore_index", -100, std::numeric_limits<int64_t>::min());
   require_mean_reduction(a);
   return l;

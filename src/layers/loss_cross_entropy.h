@@ -28,7 +28,6 @@ struct CrossEntropyAttrs {
   double smoothing_ = 0;         // label_smoothing
   std::vector<double> weight_;   // weight: one per class, or none
   int64_t ignore_index_ = -100;  // rows with this target count for nothing
-  bool ignore_given_ = false;    // ignore_index appeared in the JSON
 };
 
 }  // namespace dp

@@ -153,7 +153,7 @@ def ctrl_c_under_mpirun(mpirun_cmd, label, env=None):
                 training.set()
     reader = threading.Thread(target=read_stderr)
     reader.start()
-    expect(training.wait(60) and job.poll() is None and not os.path.exists(ckpt),
+    expect(training.wait(180) and job.poll() is None and not os.path.exists(ckpt),
            f'{label}, Ctrl-C: training (before the signal)', ''.join(err))
     time.sleep(1)
     os.killpg(job.pid, signal.SIGINT)

@@ -93,10 +93,11 @@ TEST_CASE("max_pool2d: errors") {
 }
 
 // The usual pooling (kernel 2, stride 2) on data full of ties and NaNs (values
-// from {-1, 0, 1, NaN}): as PyTorch, the first maximum among ties and the
-// first NaN outright, in the output and where the gradient goes; odd sizes
+// from {-1, 0, 1, NaN}): as PyTorch's CPU kernel ("val > maxval ||
+// isnan(val)" over the taps row by row), the first maximum among ties and the
+// last NaN outright, in the output and where the gradient goes; odd sizes
 // leave a row and a column out (or, with ceil_mode, make partial windows).
-TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as the first maximum of a naive loop") {
+TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as PyTorch's loop") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (bool ceil : {false, true})
     for (const std::pair<int64_t, int64_t>& hw : {std::pair<int64_t, int64_t>{6, 8}, {7, 9}, {2, 2}, {28, 28}}) {
@@ -126,7 +127,7 @@ TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as the first maximum of
                 const int64_t ih = 2 * oh + i, iw = 2 * ow + j;
                 if (ih >= H || iw >= W) continue;
                 const float v = x.f32()[(pl * H + ih) * W + iw];
-                if (at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) best = v, at = (pl * H + ih) * W + iw;
+                if (at < 0 || v > best || std::isnan(v)) best = v, at = (pl * H + ih) * W + iw;
               }
             const int64_t o = (pl * Ho + oh) * Wo + ow;
             const float y = h.out.f32()[o];
@@ -135,4 +136,38 @@ TEST_CASE("max_pool2d: kernel 2 stride 2, ties and NaNs, as the first maximum of
           }
       check_close(h.gin[0], want_gx, 0.f);
     }
+}
+
+// Where the gradient of a window with NaNs goes, as PyTorch 2.15 answers
+// (F.max_pool2d(x, ..., return_indices=True)): the last NaN of the window.
+TEST_CASE("max_pool2d: the indices of windows with NaNs are PyTorch's") {
+  const float n = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    nlohmann::json layer;
+    Shape shape;
+    std::vector<float> x;
+    std::vector<int64_t> want;  // the input element each output's gradient goes to
+  };
+  const std::vector<Case> cases = {
+      {{{"type", "max_pool2d"}, {"kernel_size", 2}}, Shape{1, 2, 2}, {n, 1, n, 2}, {2}},
+      {{{"type", "max_pool2d"}, {"kernel_size", 2}}, Shape{1, 2, 2}, {1, n, n, 2}, {2}},
+      {{{"type", "max_pool2d"}, {"kernel_size", 2}}, Shape{1, 2, 2}, {1, 3, 3, 2}, {1}},
+      {{{"type", "max_pool2d"}, {"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, Shape{1, 3, 3},
+       {n, 1, 5, n, 2, 6, n, n, 7}, {3, 3, 5, 7, 7, 7, 7, 7, 7}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.layer.dump());
+    auto l = make_layer(c.layer);
+    Harness h(*l, {c.shape});
+    Tensor x(DP_F32, Shape{1, c.shape[0], c.shape[1], c.shape[2]});
+    std::copy(c.x.begin(), c.x.end(), x.f32());
+    h.forward({&x});
+    REQUIRE(h.out.numel() == static_cast<int64_t>(c.want.size()));
+    Tensor g(DP_F32, h.out.shape());
+    for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = float(1 << i);  // each output's own bit
+    h.backward({&x}, g);
+    std::vector<float> want_gx(c.x.size(), 0.f);
+    for (size_t o = 0; o < c.want.size(); ++o) want_gx[static_cast<size_t>(c.want[o])] += float(1 << o);
+    check_close(h.gin[0], want_gx, 0.f);
+  }
 }

@@ -174,9 +174,9 @@ __global__ void count_rows(const float* __restrict__ x, const int64_t* __restric
 std::unique_ptr<CudaLoss> make_cuda_cross_entropy(const Loss& loss) {
   const auto* a = dynamic_cast<const CrossEntropyAttrs*>(&loss);
   if (!a) return nullptr;
-  // (Targets equal to ignore_index are refused on a GPU by the range check
-  // of every step: CudaEngine::prepare.)
-  if (!a->weight_.empty() || a->ignore_given_)
+  // (With the default ignore_index, -100, a target of -100 is refused on a
+  // GPU by the range check of every step: CudaEngine::prepare.)
+  if (!a->weight_.empty() || a->ignore_index_ != -100)
     fail(DP_ERR_MODEL, "/loss: cross_entropy's weight and ignore_index run on CPU devices only so far: "
                        "train this model on cpu:N, or without them on a GPU");
   return std::make_unique<CudaCrossEntropy>(*a);

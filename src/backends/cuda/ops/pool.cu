@@ -2,8 +2,8 @@
 // (PyTorch's) semantics.
 //
 // max_pool2d: own kernels in every configuration. The forward writes, per
-// output, the flat index (in its input plane) of the first maximum, visiting
-// the taps in the CPU's order (a NaN wins and stays); the backward gathers,
+// output, the flat index (in its input plane) of the maximum (ties: the first), visiting
+// the taps in the CPU's order (a NaN wins, the last one); the backward gathers,
 // for every input element, the gradients of the outputs whose index is that
 // element, in increasing output order — the CPU's summation order, without
 // atomics. (cuDNN's max pooling was not used: its backward needs the output y,
@@ -69,9 +69,9 @@ __global__ void max_pool_fwd(const float* __restrict__ x, float* __restrict__ y,
         const int iw = w0 + j * g.dw;
         if (iw < 0 || iw >= g.W) continue;
         const float v = xp[ih * g.W + iw];
-        // As the CPU's tap_row: the first tap, then a larger value, then a
-        // first NaN (which no later value replaces).
-        const bool take = (bi < 0) || (v > best) || ((v != v) && (best == best));
+        // As the CPU's keep_max (PyTorch's rule): the first tap, then a
+        // larger value or a NaN (ties keep the first maximum, the last NaN wins).
+        const bool take = (bi < 0) || (v > best) || (v != v);
         if (take) best = v, bi = ih * g.W + iw;
       }
     }

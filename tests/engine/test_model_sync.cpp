@@ -110,6 +110,29 @@ TEST_CASE("readers see the device's newest parameters and gradients") {
   REQUIRE(dp_checkpoint_save(f.path.c_str(), f.group, f.opt, nullptr, nullptr) == DP_OK);
   REQUIRE(dp_model_load_safetensors(f.other, f.path.c_str()) == DP_OK);
   CHECK(params_via_abi(f.other) == f.device->params);
+
+  f.device->train(3.0f);  // the weights for PyTorch: the same tensors, plus num_batches_tracked
+  REQUIRE(dp_model_save_weights(f.model, f.path.c_str()) == DP_OK);
+  REQUIRE(dp_model_load_safetensors(f.other, f.path.c_str()) == DP_OK);
+  CHECK(params_via_abi(f.other) == f.device->params);
+
+  // ONNX: the initializers hold the raw floats, so the first layer's weight
+  // (the first 12 parameters) appears in the file as the device holds it.
+  f.device->train(4.0f);
+  const dp_status st = dp_model_export_onnx(f.model, f.path.c_str());
+  if (st == DP_ERR_IO && std::string(dp_last_error()).find("without ONNX") != std::string::npos) {
+    MESSAGE("this libdp has no ONNX support: its export is not checked");
+  } else {
+    REQUIRE(st == DP_OK);
+    std::string file;
+    if (FILE* fp = std::fopen(f.path.c_str(), "rb")) {
+      char buf[4096];
+      for (size_t got; (got = std::fread(buf, 1, sizeof buf, fp)) > 0;) file.append(buf, got);
+      std::fclose(fp);
+    }
+    const std::string weight(reinterpret_cast<const char*>(f.device->params.data()), 12 * sizeof(float));
+    CHECK(file.find(weight) != std::string::npos);
+  }
 }
 
 TEST_CASE("writers mark the device copy stale") {

@@ -372,6 +372,28 @@ if mpirun and HAVE_MPI_BACKEND:
     ctrl_c_under_mpirun([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x',
                          f'MASTER_PORT={free_port()}', '-x', 'DP_BACKEND=mpi'], 'mpi backend', env=mpi_env)
 
+    # A plugin layer that throws in a step's forward: the rank prints the plugin's error and the job
+    # ends non-zero, within seconds (Open MPI cannot fail one collective: docs/distributed.md).
+    throws = os.path.join(os.path.dirname(DP), '..', '..', 'tests', 'plugins', 'fixture_throws.so')
+    if os.path.exists(throws):
+        model = f'{tmp}/throws.json'
+        with open(model, 'w') as f:
+            json.dump({'input': {'shape': [1, 28, 28]}, 'loss': {'type': 'cross_entropy'},
+                       'layers': [{'type': 'flatten'}, {'type': 'throws', 'throw_in': 'forward', 'at_step': 3},
+                                  {'type': 'linear', 'out_features': 10}]}, f)
+        started = time.time()
+        p = subprocess.run([mpirun, '--allow-run-as-root', '--oversubscribe', '-np', '2', '-x', f'MASTER_PORT={free_port()}',
+                            '-x', 'DP_BACKEND=mpi', '-x', 'DP_COMM_TIMEOUT=30', DP, 'train', model, '--plugin', throws,
+                            '--data', 'synthetic:600', '--batch-size', '30', '--epochs', '2', '--workers', '0'],
+                           capture_output=True, text=True, timeout=240, env=mpi_env)
+        took = time.time() - started
+        expect(p.returncode != 0 and 'forward threw: thrown in forward on purpose' in p.stderr
+               and 'ending the MPI job' in p.stderr and took < 120,
+               f'mpi backend, a plugin that throws mid-step: the job ends non-zero in {took:.0f} s, saying why',
+               p.stdout + p.stderr)
+    else:
+        print(f'{throws} not built: the plugin case of the mpi backend skipped')
+
     # Without mpirun: a clear error on every rank, not a hang.
     res = finish(start_ranks(train_args('--devices', 'cpu:0', epochs=1), 2, free_port(), DP_BACKEND='mpi'), timeout=60)
     expect(all(rc == 1 and 'the mpi backend runs under mpirun' in e for rc, _, e in res),

@@ -63,10 +63,10 @@ class MaxPool2d final : public Layer, public MaxPool2dAttrs {
 
   // Every window lies inside the plane (no padding, no partial window from
   // ceil_mode: the usual 2x2 pooling): pool_plane's order (row by row, tap by
-  // tap across the row: keep_max's rule) with no
-  // bounds to work out per tap, and the usual stride 2 known to the compiler:
-  // 2.3x the general walk's speed on 2x2 pooling of 28x28 planes, and the
-  // Fashion-MNIST CNN's step 1.09x (bench/RESULTS.md).
+  // tap across the row: keep_max's rule) with no bounds to work out per tap,
+  // and the usual stride 2 known to the compiler: 2x2 pooling of 28x28 planes
+  // 1.96x what it was (the general walk), the Fashion-MNIST CNN's step 1.09x
+  // (bench/RESULTS.md).
   void pool_plane_inside(const float* __restrict xp, float* __restrict yp, int32_t* __restrict ap) const {
     if (sw_ == 2)
       rows_inside<2>(xp, yp, ap);

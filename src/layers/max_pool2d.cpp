@@ -54,27 +54,22 @@ class MaxPool2d final : public Layer, public MaxPool2dAttrs {
         float* yp = ys + pl * Ho_ * Wo_;
         int32_t* ap = am + pl * Ho_ * Wo_;
         if (inside_)
-          pool_plane_inside(xp, yp, ap);
+          sw_ == 2 ? pool_plane_inside<2>(xp, yp, ap) : pool_plane_inside<0>(xp, yp, ap);
         else
-          pool_plane(xp, yp, ap);
+          sw_ == 2 ? pool_plane<2>(xp, yp, ap) : pool_plane<0>(xp, yp, ap);
       }
     });
   }
 
   // Every window lies inside the plane (no padding, no partial window from
   // ceil_mode: the usual 2x2 pooling): pool_plane's order (row by row, tap by
-  // tap across the row: keep_max's rule) with no bounds to work out per tap,
-  // and the usual stride 2 known to the compiler: 2x2 pooling of 28x28 planes
-  // 1.96x what it was (the general walk), the Fashion-MNIST CNN's step 1.09x
-  // (bench/RESULTS.md).
+  // tap across the row: keep_max's rule) with no bounds to check, no -inf
+  // start and no first-tap test: 2x2 pooling of 28x28 planes 1.96x what it
+  // was, the Fashion-MNIST CNN's step 1.09x; folded into pool_plane, 2x2
+  // pooling lost 15% (bench/RESULTS.md). Both take the stride as kSw, 2 (the
+  // usual one, which the compiler then knows) or 0 (sw_).
+  template <int64_t kSw>
   void pool_plane_inside(const float* __restrict xp, float* __restrict yp, int32_t* __restrict ap) const {
-    if (sw_ == 2)
-      rows_inside<2>(xp, yp, ap);
-    else
-      rows_inside<0>(xp, yp, ap);
-  }
-  template <int64_t kSw>  // 0: the stride sw_
-  void rows_inside(const float* __restrict xp, float* __restrict yp, int32_t* __restrict ap) const {
     const int64_t W = W_, Ho = Ho_, Wo = Wo_, kh = kh_, kw = kw_, sh = sh_, sw = kSw ? kSw : sw_, dh = dh_,
                   dw = dw_;
     for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -103,9 +98,10 @@ class MaxPool2d final : public Layer, public MaxPool2dAttrs {
   // reaches outputs [col_lo_[j], col_hi_[j]) of every row (infer). Dimensions
   // are copied to locals: stores through yp/ap could otherwise alias the
   // members.
+  template <int64_t kSw>
   void pool_plane(const float* __restrict xp, float* __restrict yp, int32_t* __restrict ap) const {
-    const int64_t H = H_, W = W_, Ho = Ho_, Wo = Wo_, kh = kh_, kw = kw_, sh = sh_, sw = sw_, ph = ph_, pw = pw_,
-                  dh = dh_, dw = dw_;
+    const int64_t H = H_, W = W_, Ho = Ho_, Wo = Wo_, kh = kh_, kw = kw_, sh = sh_, sw = kSw ? kSw : sw_, ph = ph_,
+                  pw = pw_, dh = dh_, dw = dw_;
     const int64_t* col_lo = col_lo_.data();
     const int64_t* col_hi = col_hi_.data();
     for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -118,16 +114,13 @@ class MaxPool2d final : public Layer, public MaxPool2dAttrs {
         if (ih < 0 || ih >= H) continue;
         for (int64_t j = 0; j < kw; ++j) {
           const int64_t off = j * dw - pw;  // input column of output ow is ow * sw + off
-          tap_row(xp + ih * W + off, static_cast<int32_t>(ih * W + off), sw, col_lo[j], col_hi[j], best, bi);
+          const float* x = xp + ih * W + off;
+          const int32_t base = static_cast<int32_t>(ih * W + off);
+          for (int64_t o = col_lo[j]; o < col_hi[j]; ++o)  // x[o * sw] where it wins (the first tap in, always)
+            keep_max(best[o], bi[o], x[o * sw], base + static_cast<int32_t>(o * sw), bi[o] < 0);
         }
       }
     }
-  }
-
-  // best[o], bi[o] take x[o * sw] (flat index base + o * sw) where it wins.
-  static void tap_row(const float* __restrict x, int32_t base, int64_t sw, int64_t lo, int64_t hi,
-                      float* __restrict best, int32_t* __restrict bi) {
-    for (int64_t o = lo; o < hi; ++o) keep_max(best[o], bi[o], x[o * sw], base + static_cast<int32_t>(o * sw), bi[o] < 0);
   }
 
   // The running maximum of one output (best, at flat index bi) takes v (at

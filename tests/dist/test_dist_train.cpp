@@ -1,8 +1,8 @@
 // Training across processes (issue 11), through the C ABI only, with forked
 // processes over loopback: P processes with their own CPU devices train as
 // one process with all those devices (batch sizes 30, 10 and 7, dropout and
-// batch norm, SGD with momentum and Adam), and without batch norm as one
-// device; two runs of
+// batch norm, a cross entropy with class weights and ignored rows, SGD with
+// momentum and Adam), and without batch norm as one device; two runs of
 // one world are bitwise the same; a run resumed from a checkpoint at another
 // world size goes on as the uninterrupted one; differing models, optimizers
 // and datasets are refused on every process; a rank killed mid-step fails
@@ -79,12 +79,17 @@ struct Member {
 // Batch norm normalises each device's rows by their own statistics, as in
 // nn.DataParallel, so a model with it matches one process with the same
 // devices (the same split), not one device; without it, one device too.
+// Cross entropy with class weights and ignored rows divides by the whole
+// batch's weight, which each process sums over its own rows: the processes
+// add theirs up before the loss.
 TEST_CASE("P processes train exactly as one process with all their devices, and as one device") {
-  for (const char* model : {kModel, kModelNoBatchNorm}) {
+  for (const char* model : {kModel, kModelNoBatchNorm, kModelWeightedLoss}) {
     for (const char* opt : {kSgd, kAdam}) {
       const double tol = opt == kSgd ? 1e-5 : 1e-4;
       for (int64_t batch : {30, 10, 7}) {
-        const std::string optimizer = opt, with = model == kModel ? "batch norm and dropout" : "dropout";
+        const std::string optimizer = opt, with = model == kModel              ? "batch norm and dropout"
+                                                  : model == kModelWeightedLoss ? "dropout, a weighted loss, ignored rows"
+                                                                                : "dropout";
         CAPTURE(with);
         CAPTURE(optimizer);
         CAPTURE(batch);
@@ -92,9 +97,10 @@ TEST_CASE("P processes train exactly as one process with all their devices, and 
         s.model = model;
         s.opt = opt;
         s.batch = batch;
+        s.ignored = model == kModelWeightedLoss;
         s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
         const Result four = run(s, 0, 0, 0);
-        if (model == kModelNoBatchNorm) {
+        if (model != kModel) {
           s.devices = "cpu:0";
           require_same_run(four, run(s, 0, 0, 0), tol, "1 process x 4 devices against 1 device");
         }
@@ -108,30 +114,6 @@ TEST_CASE("P processes train exactly as one process with all their devices, and 
         require_same_run(three[0], four, tol, "3 processes (1, 2, 1 devices) against 1 x 4");
       }
     }
-  }
-}
-
-// Cross entropy's mean with class weights and ignored rows divides by the
-// whole batch's weight, which each process sums over its own rows: the
-// processes add theirs up before the loss, so a world trains as one process.
-TEST_CASE("cross entropy with class weights and ignore_index across processes: as one process, as one device") {
-  for (int64_t batch : {30, 7}) {
-    CAPTURE(batch);
-    Setup s;
-    s.model = kModelWeightedLoss;
-    s.ignored = true;
-    s.batch = batch;
-    s.devices = "cpu:0";
-    const Result one = run(s, 0, 0, 0);
-    s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
-    const Result four = run(s, 0, 0, 0);
-    require_same_run(four, one, 1e-5, "1 process x 4 devices against 1 device");
-    const std::vector<Result> two_by_two = run_world(s, {"cpu:0,cpu:1", "cpu:0,cpu:1"});
-    REQUIRE(bitwise_equal(two_by_two[0], two_by_two[1]));
-    require_same_run(two_by_two[0], four, 1e-5, "2 processes x 2 devices against 1 x 4");
-    const std::vector<Result> three = run_world(s, {"cpu:0", "cpu:0,cpu:1", "cpu:0"});
-    for (const Result& r : three) REQUIRE(bitwise_equal(r, three[0]));
-    require_same_run(three[0], one, 1e-5, "3 processes (1, 2, 1 devices) against 1 device");
   }
 }
 

@@ -374,12 +374,11 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
 }
 
 // On CPUs, a note when OpenBLAS runs a kernel that uses less of the CPU than
-// it has (dp_device_name then names the OPENBLAS_CORETYPE that would). Not
-// set for the user: a kernel sums in its own order, and results would then
-// differ bitwise from the same run made through the library.
+// it has and libdp could not change it, or one the CPU lacks (then
+// dp_device_name names the OPENBLAS_CORETYPE=... that would do).
 static void note_blas_kernel(const std::string& devices) {
   const char* cpu = nullptr;
-  if (on_gpus(devices) || dp_device_name("cpu", 0, &cpu) != DP_OK || !std::strstr(cpu, "OPENBLAS_CORETYPE")) return;
+  if (on_gpus(devices) || dp_device_name("cpu", 0, &cpu) != DP_OK || !std::strstr(cpu, "OPENBLAS_CORETYPE=")) return;
   const char* of = std::strstr(cpu, " of ");
   std::fprintf(stderr, "dp: note: the CPU devices run on %s (README, \"CPU speed\")\n", of ? of + 4 : cpu);
 }

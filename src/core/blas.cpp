@@ -1,6 +1,7 @@
 #include "core/blas.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +14,7 @@ namespace dp {
 // serial build is not safe to call from several threads at once; so dp uses
 // the threaded build limited to one thread per call. This is process-wide.
 static void limit_blas_threads() {
-  static const bool done = (openblas_set_num_threads(1), true);
+  static const bool done = (blas_kernel(), openblas_set_num_threads(1), true);
   (void)done;
 }
 
@@ -45,6 +46,8 @@ void gemm(Workers* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, floa
     });
   }
 }
+
+static const char* const kUnits[] = {"no AVX", "AVX", "AVX2", "AVX-512"};
 
 // Vector extensions, as levels: 0 none that matters, 1 AVX, 2 AVX2 + FMA,
 // 3 AVX-512 (F, BW, VL, DQ: what OpenBLAS's SkylakeX kernel needs).
@@ -81,6 +84,57 @@ static int cpu_level(const char** kernel) {
   return 0;
 }
 
+std::string blas_kernel_switch(const std::string& kernel, int cpu_level, const std::string& cpu_kernel,
+                               const char* coretype) {
+  if ((coretype && *coretype) || cpu_level <= kernel_level(kernel) || cpu_kernel.empty()) return "";
+  return cpu_kernel;
+}
+
+// OpenBLAS's selection, run again with OPENBLAS_CORETYPE set to `name`
+// for the moment it reads it. gotoblas_dynamic_quit and _init are exported
+// by every OpenBLAS built with DYNAMIC_ARCH (Debian's); a build for one CPU
+// lacks them and keeps its kernel. They are looked up in the library that
+// holds dp's cblas_sgemm, which a host may have loaded with RTLD_LOCAL
+// (Python's ctypes).
+static bool rerun_openblas_selection(const char* name) {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) || !info.dli_fname) return false;
+  void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return false;
+  using Fn = void (*)();
+  auto quit = reinterpret_cast<Fn>(dlsym(lib, "gotoblas_dynamic_quit"));
+  auto init = reinterpret_cast<Fn>(dlsym(lib, "gotoblas_dynamic_init"));
+  const char* was = std::getenv("OPENBLAS_CORETYPE");  // unset or empty: blas_kernel_switch's rule
+  const bool ok = quit && init;
+  if (ok) {
+    setenv("OPENBLAS_CORETYPE", name, 1);
+    quit();
+    init();
+    if (was) setenv("OPENBLAS_CORETYPE", "", 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+  }
+  dlclose(lib);
+  return ok;
+}
+
+const BlasKernel& blas_kernel() {
+  static const BlasKernel k = [] {
+    BlasKernel r;
+    const char* better = "";
+    const int level = cpu_level(&better);
+    const std::string own = openblas_get_corename();
+    const std::string to = blas_kernel_switch(own, level, better, std::getenv("OPENBLAS_CORETYPE"));
+    if (!to.empty() && rerun_openblas_selection(to.c_str()) && own != openblas_get_corename())
+      r.openblas_choice = own;
+    return r;
+  }();
+  return k;
+}
+
+// When libdp loads: before the program's own threads, in the usual case,
+// call into OpenBLAS (the switch must not meet a product in flight).
+static const bool kKernelChosen = (blas_kernel(), true);
+
 std::string cpu_description() {
   std::string model;
   std::ifstream info("/proc/cpuinfo");
@@ -92,13 +146,16 @@ std::string cpu_description() {
   const std::string kernel = openblas_get_corename();
   const char* better = "";
   const int level = cpu_level(&better);
-  return (model.empty() ? std::string("CPU") : model) + ", OpenBLAS kernel " + kernel +
-         blas_kernel_advice(kernel, level, better, std::getenv("OPENBLAS_CORETYPE"));
+  const std::string head = (model.empty() ? std::string("CPU") : model) + ", OpenBLAS kernel " + kernel;
+  const std::string& own = blas_kernel().openblas_choice;
+  if (!own.empty())
+    return head + " (dp's choice for a CPU with " + kUnits[level] + ": OpenBLAS did not recognise the CPU and chose " +
+           own + "; OPENBLAS_CORETYPE overrides)";
+  return head + blas_kernel_advice(kernel, level, better, std::getenv("OPENBLAS_CORETYPE"));
 }
 
 std::string blas_kernel_advice(const std::string& kernel, int cpu_level, const std::string& cpu_kernel,
                                const char* coretype) {
-  static const char* const kUnits[] = {"no AVX", "AVX", "AVX2", "AVX-512"};
   // A kernel set by hand for vector units this CPU lacks: its first product
   // stops the program with an illegal instruction (SIGILL).
   if (coretype && *coretype && kernel_level(kernel) > cpu_level)

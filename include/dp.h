@@ -534,7 +534,8 @@ DP_API void dp_optimizer_destroy(dp_optimizer* opt);
 
 /* zero_grad, forward, the model's loss (reduced over the whole batch),
  * backward, optimizer step. target: int64 class indices [B] for
- * cross_entropy, float32 of the output's shape for mse. *loss (may be NULL)
+ * cross_entropy and nll, float32 of the output's shape for the other losses
+ * (mse, l1, smooth_l1, huber, bce, bce_with_logits). *loss (may be NULL)
  * receives the batch loss. A NaN or infinite loss (infinite as the float
  * *loss receives: beyond FLT_MAX) returns DP_ERR_NUMERIC and leaves the
  * parameters as they were; its forward ran, so the group's step
@@ -557,7 +558,7 @@ DP_API dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, 
                                            double loss_scale, float* loss);
 /* The model's loss without training (evaluation); *loss receives it, and
  * *correct (may be NULL) the number of rows whose arg-max equals the target
- * (cross_entropy only; 0 otherwise). Always in evaluation mode (dropout off,
+ * (int64 class targets: cross_entropy, nll; 0 otherwise). Always in evaluation mode (dropout off,
  * batch norm from its running statistics, which stay unchanged), whatever
  * dp_group_set_training says, as model.eval() under torch.no_grad(). A NaN
  * input or loss is not an error here: *loss is NaN (as dp_group_forward's

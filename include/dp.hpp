@@ -471,7 +471,7 @@ class ProcessGroup : public detail::Handle<dp_process_group, dp_process_group_de
 // What Group::evaluate returns.
 struct Evaluation {
   float loss;
-  int64_t correct;  // rows whose arg-max is the target (cross_entropy)
+  int64_t correct;  // rows whose arg-max is the target (cross_entropy, nll)
 };
 
 // ---- Group: nn.DataParallel over a list of devices. ----

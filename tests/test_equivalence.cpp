@@ -95,7 +95,9 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   DP_REQUIRE_OK(dp_model_input_shape(model, &nd, in_shape));
   std::vector<int64_t> shape{batch};
   for (int i = 0; i < nd; ++i) shape.push_back(in_shape[i]);
-  bool mse = std::string(json).find("\"mse\"") != std::string::npos;
+  // Class targets for cross_entropy and nll, float targets of the output's shape ([B, 3]) otherwise.
+  const bool mse = std::string(json).find("cross_entropy") == std::string::npos &&
+                   std::string(json).find("\"nll\"") == std::string::npos;
   bool ignored = std::string(json).find("\"ignore_index\"") != std::string::npos;  // then some targets are -100
 
   Run run;
@@ -119,19 +121,21 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   return run;
 }
 
-}  // namespace
+const char* const kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
+const char* const kAdam = R"({"type": "adam", "lr": 0.01})";
 
-TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {
-  const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
-  const char* adam = R"({"type": "adam", "lr": 0.01})";
-  for (const char* opt : {sgd, adam}) {
-    for (int64_t batch : {30, 10, 7}) {
-      Run one = train(kConvModel, "cpu:0", opt, batch, 20);
-      for (int n : {2, 3, 8}) {
+// Under SGD with momentum and Adam, for each batch size, 1 device against
+// each N: the same parameters and losses of 20 steps.
+void check_many_as_one(const std::string& json, const std::vector<int64_t>& batches, const std::vector<int>& ns) {
+  for (const char* opt : {kSgd, kAdam}) {
+    for (int64_t batch : batches) {
+      Run one = train(json.c_str(), "cpu:0", opt, batch, 20);
+      for (int n : ns) {
+        CAPTURE(json);
         CAPTURE(opt);
         CAPTURE(batch);
         CAPTURE(n);
-        Run many = train(kConvModel, cpu_devices(n), opt, batch, 20);
+        Run many = train(json.c_str(), cpu_devices(n), opt, batch, 20);
         int64_t chunk = (batch + n - 1) / n;
         CHECK(many.split.size() == static_cast<size_t>((batch + chunk - 1) / chunk));
         require_close(one.params, many.params);
@@ -141,29 +145,39 @@ TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {
   }
 }
 
+// `json` with its loss {"type": from} replaced by the JSON `to`.
+std::string with_loss(std::string json, const char* from, const std::string& to) {
+  const std::string loss = std::string("\"loss\": {\"type\": \"") + from + "\"}";
+  REQUIRE(json.find(loss) != std::string::npos);
+  return json.replace(json.find(loss), loss.size(), "\"loss\": " + to);
+}
+
+}  // namespace
+
+TEST_CASE("N devices train exactly as one: conv, pool, dropout, residual add") {
+  check_many_as_one(kConvModel, {30, 10, 7}, {2, 3, 8});
+}
+
 // Cross entropy's mean with class weights and ignored rows divides by the
 // batch's weight, not its rows: every replica divides by the whole batch's.
 TEST_CASE("N devices train exactly as one: cross entropy with class weights, ignore_index, label smoothing") {
-  std::string json = kConvModel;
-  const std::string plain = R"("loss": {"type": "cross_entropy"})";
-  REQUIRE(json.find(plain) != std::string::npos);
-  json.replace(json.find(plain), plain.size(),
-               R"("loss": {"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "label_smoothing": 0.1})");
-  const char* sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
-  const char* adam = R"({"type": "adam", "lr": 0.01})";
-  for (const char* opt : {sgd, adam}) {
-    for (int64_t batch : {30, 10, 7}) {
-      Run one = train(json.c_str(), "cpu:0", opt, batch, 20);
-      for (int n : {2, 3, 8}) {
-        CAPTURE(opt);
-        CAPTURE(batch);
-        CAPTURE(n);
-        Run many = train(json.c_str(), cpu_devices(n), opt, batch, 20);
-        require_close(one.params, many.params);
-        for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
-      }
-    }
-  }
+  check_many_as_one(with_loss(kConvModel, "cross_entropy",
+                              R"({"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "label_smoothing": 0.1})"),
+                    {30, 10, 7}, {2, 3, 8});
+}
+
+// Every other loss: nll after log_softmax (class weights, ignored rows) on
+// the conv model, and the element-wise losses on the branch model (whose
+// sigmoid output suits bce too).
+TEST_CASE("N devices train exactly as one: nll, l1, smooth_l1, huber, bce, bce_with_logits") {
+  std::string nll = with_loss(kConvModel, "cross_entropy", R"({"type": "nll", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100})");
+  const std::string last = R"({"type": "linear", "out_features": 5})";
+  nll.replace(nll.find(last), last.size(), last + R"(, {"type": "log_softmax"})");
+  check_many_as_one(nll, {30, 7}, {3, 8});
+  for (const char* loss : {R"({"type": "l1"})", R"({"type": "smooth_l1", "beta": 0.05})", R"({"type": "huber", "delta": 0.05})",
+                           R"({"type": "bce", "weight": [1, 0.5, 2]})",
+                           R"({"type": "bce_with_logits", "weight": [1, 0.5, 2], "pos_weight": [3, 1, 0.25]})"})
+    check_many_as_one(with_loss(kBranchModel, "mse", loss), {30, 7}, {3, 8});
 }
 
 TEST_CASE("N devices train exactly as one: branches, concat, grouped conv, MSE, balanced split") {

@@ -113,3 +113,21 @@ TEST_CASE("PyTorch reference: residual DAG, dilated grouped conv, concat, avg po
   check_case("dag_adamw", "cpu:0");
   check_case("dag_adamw", "cpu:0,cpu:1,cpu:2");
 }
+
+TEST_CASE("PyTorch reference: log_softmax and nll with class weights, SGD with momentum; on 1 and 3 devices") {
+  check_output("mlp_nll_sgd");
+  check_case("mlp_nll_sgd", "cpu:0");
+  check_case("mlp_nll_sgd", "cpu:0,cpu:1,cpu:2");
+}
+
+TEST_CASE("PyTorch reference: multi-label bce_with_logits with weight and pos_weight, AdamW; on 1 and 2 devices") {
+  check_output("mlp_bce_logits_adamw");
+  check_case("mlp_bce_logits_adamw", "cpu:0");
+  check_case("mlp_bce_logits_adamw", "cpu:0,cpu:1");
+}
+
+TEST_CASE("PyTorch reference: huber (both pieces), plain SGD; on 1 and 4 devices") {
+  check_output("mlp_huber_sgd");
+  check_case("mlp_huber_sgd", "cpu:0");
+  check_case("mlp_huber_sgd", "cpu:0,cpu:1,cpu:2,cpu:3");
+}

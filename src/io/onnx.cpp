@@ -49,7 +49,7 @@ namespace {
 // The types with a mapping, for the error message (the registry's order).
 const char* const kMapped =
     "add, avg_pool2d, batch_norm, batch_norm1d, batch_norm2d, concat, conv2d, dropout, flatten, gelu, "
-    "global_avg_pool, leaky_relu, linear, max_pool2d, relu, sigmoid, softmax, tanh";
+    "global_avg_pool, leaky_relu, linear, log_softmax, max_pool2d, relu, sigmoid, softmax, tanh";
 
 std::string describe(const Layer& l) { return l.path + " (" + l.type + " '" + l.name + "')"; }
 
@@ -360,9 +360,10 @@ void emit(Ctx& c) {
     c.g.node("Tanh", c.l.name, {x}, {c.out});
   } else if (t == "leaky_relu") {
     set_float(c.g.node("LeakyRelu", c.l.name, {x}, {c.out}), "alpha", attrs<Elementwise<LeakyReluOp>>(c.l).op.slope);
-  } else if (t == "softmax") {
+  } else if (t == "softmax" || t == "log_softmax") {
     const auto& a = attrs<SoftmaxAttrs>(c.l);
-    set_int(c.g.node("Softmax", c.l.name, {x}, {c.out}), "axis", resolve_dim(a.dim_, c.in_shape[0].ndim + 1));
+    set_int(c.g.node(a.log_ ? "LogSoftmax" : "Softmax", c.l.name, {x}, {c.out}), "axis",
+            resolve_dim(a.dim_, c.in_shape[0].ndim + 1));
   } else if (t == "global_avg_pool") {
     attrs<GlobalAvgPoolAttrs>(c.l);
     onnx::NodeProto* n = c.g.node("ReduceMean", c.l.name, {x}, {c.out});

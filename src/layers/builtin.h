@@ -20,10 +20,17 @@ std::unique_ptr<Layer> make_batch_norm(Args& a);
 std::unique_ptr<Layer> make_batch_norm1d(Args& a);
 std::unique_ptr<Layer> make_batch_norm2d(Args& a);
 std::unique_ptr<Layer> make_softmax(Args& a);
+std::unique_ptr<Layer> make_log_softmax(Args& a);
 std::unique_ptr<Layer> make_add(Args& a);
 std::unique_ptr<Layer> make_concat(Args& a);
 
 std::unique_ptr<Loss> make_cross_entropy(Args& a);
 std::unique_ptr<Loss> make_mse(Args& a);
+std::unique_ptr<Loss> make_nll(Args& a);
+std::unique_ptr<Loss> make_l1(Args& a);
+std::unique_ptr<Loss> make_smooth_l1(Args& a);
+std::unique_ptr<Loss> make_huber(Args& a);
+std::unique_ptr<Loss> make_bce(Args& a);
+std::unique_ptr<Loss> make_bce_with_logits(Args& a);
 
 }  // namespace dp

@@ -21,22 +21,13 @@ namespace {
 class CrossEntropy final : public Loss, public CrossEntropyAttrs {
  public:
   Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const override {
-    if (out_sample.ndim != 1)
-      fail(DP_ERR_SHAPE, "cross_entropy expects model output of shape [C] per sample, got " + out_sample.str());
-    if (!weight_.empty() && static_cast<int64_t>(weight_.size()) != out_sample[0])
-      fail(DP_ERR_SHAPE, "cross_entropy's weight has " + std::to_string(weight_.size()) + " values for a model of " +
-                             std::to_string(out_sample[0]) + " classes: give one per class");
-    *dtype = DP_I64;
-    return Shape{};
+    return class_target_shape("cross_entropy", out_sample, dtype);
   }
 
   double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const override {
     const int64_t n = out.shape()[0], C = out.shape().inner();
     const float* x = out.f32();
-    if (target.dtype() != DP_I64 || target.numel() != n)
-      fail(DP_ERR_SHAPE, std::string("cross_entropy expects int64 targets of shape [") + std::to_string(n) + "], got " +
-                             dtype_name(target.dtype()) + " " + target.shape().str());
-    check_class_targets(target, C, ctx.sample_offset, &ignore_index_);
+    check_targets("cross_entropy", target, n, C, ctx.sample_offset);
     const int64_t* t = target.i64();
     float* g = nullptr;
     if (gout) {
@@ -99,20 +90,7 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
     return loss / total;
   }
 
-  double weight_of(const Tensor& target) const override {
-    if (target.dtype() != DP_I64) return 0;
-    const int64_t* t = target.i64();
-    const int64_t classes = static_cast<int64_t>(weight_.size());
-    double s = 0;
-    for (int64_t r = 0, n = target.numel(); r < n; ++r) {
-      if (t[r] == ignore_index_) continue;
-      if (weight_.empty())
-        s += 1;
-      else if (t[r] >= 0 && t[r] < classes)
-        s += weight_[static_cast<size_t>(t[r])];
-    }
-    return s;
-  }
+  double weight_of(const Tensor& target) const override { return ClassWeights::weight_of(target); }
 };
 
 }  // namespace
@@ -120,8 +98,7 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
 std::unique_ptr<Loss> make_cross_entropy(Args& a) {
   auto l = std::make_unique<CrossEntropy>();
   l->smoothing_ = a.number("label_smoothing", 0.0, 0.0, 1.0);  // [0, 1] as PyTorch (at 1: the uniform target)
-  l->weight_ = a.numbers("weight", {}, 0, 0.0, std::numeric_limits<double>::max());  // one per class: target_shape checks
-  l->ignore_index_ = a.integer("ignore_index", -100, std::numeric_limits<int64_t>::min());
+  read_class_weights(a, l.get());
   require_mean_reduction(a);
   return l;
 }

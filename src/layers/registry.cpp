@@ -29,6 +29,7 @@ const LayerEntry kLayers[] = {
     {"global_avg_pool", make_global_avg_pool},
     {"leaky_relu", make_leaky_relu},
     {"linear", make_linear},
+    {"log_softmax", make_log_softmax},
     {"max_pool2d", make_max_pool2d},
     {"relu", make_relu},
     {"sigmoid", make_sigmoid},
@@ -36,8 +37,14 @@ const LayerEntry kLayers[] = {
     {"tanh", make_tanh},
 };
 const LossEntry kLosses[] = {
+    {"bce", make_bce},
+    {"bce_with_logits", make_bce_with_logits},
     {"cross_entropy", make_cross_entropy},
+    {"huber", make_huber},
+    {"l1", make_l1},
     {"mse", make_mse},
+    {"nll", make_nll},
+    {"smooth_l1", make_smooth_l1},
 };
 
 template <class M>

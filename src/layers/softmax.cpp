@@ -1,4 +1,8 @@
-// Softmax along `dim` (torch's dim over the batched tensor; not the batch).
+// Softmax and LogSoftmax along `dim` (torch's dim over the batched tensor;
+// not the batch). Per line of D values, m their maximum, s = sum exp(x - m):
+//   softmax:     y = exp(x - m) / s,    dx = y (g - sum_i y_i g_i)
+//   log_softmax: y = (x - m) - log(s),  dx = g - exp(y) sum_i g_i
+// with the sums in double, in a fixed order.
 #include <cmath>
 
 #include "layers/builtin.h"
@@ -15,7 +19,7 @@ class Softmax final : public Layer, public SoftmaxAttrs {
     const int rank = s.ndim + 1;
     int d = resolve_dim(dim_, rank);
     if (d < 1 || d >= rank)
-      fail(DP_ERR_SHAPE, "softmax dim " + std::to_string(dim_) + " does not fit input of shape [N] + " + s.str() +
+      fail(DP_ERR_SHAPE, std::string(log_ ? "log_softmax" : "softmax") + " dim " + std::to_string(dim_) + " does not fit input of shape [N] + " + s.str() +
                              (d == 0 ? " (dim 0 is the batch)" : ""));
     outer_ = 1, inner_ = 1;
     for (int i = 1; i < d; ++i) outer_ *= s[i - 1];
@@ -38,6 +42,12 @@ class Softmax final : public Layer, public SoftmaxAttrs {
           float mx = -INFINITY;
           for (int64_t i = 0; i < D_; ++i) mx = std::max(mx, xp[i * inner_]);
           double s = 0;
+          if (log_) {
+            for (int64_t i = 0; i < D_; ++i) s += std::exp(xp[i * inner_] - mx);
+            const float ls = static_cast<float>(std::log(s));
+            for (int64_t i = 0; i < D_; ++i) yp[i * inner_] = (xp[i * inner_] - mx) - ls;
+            continue;
+          }
           for (int64_t i = 0; i < D_; ++i) {
             float v = std::exp(xp[i * inner_] - mx);
             yp[i * inner_] = v;
@@ -61,6 +71,13 @@ class Softmax final : public Layer, public SoftmaxAttrs {
       for (int64_t l = b; l < e; ++l)
         for (int64_t k = 0; k < inner_; ++k) {
           const int64_t o = l * D_ * inner_ + k;
+          if (log_) {
+            double sum = 0;
+            for (int64_t i = 0; i < D_; ++i) sum += gs[o + i * inner_];
+            const float sg = static_cast<float>(sum);
+            for (int64_t i = 0; i < D_; ++i) gx[o + i * inner_] = gs[o + i * inner_] - std::exp(ys[o + i * inner_]) * sg;
+            continue;
+          }
           double dot = 0;
           for (int64_t i = 0; i < D_; ++i) dot += static_cast<double>(ys[o + i * inner_]) * gs[o + i * inner_];
           float d = static_cast<float>(dot);
@@ -69,13 +86,17 @@ class Softmax final : public Layer, public SoftmaxAttrs {
     });
   }
 };
-}  // namespace
 
-std::unique_ptr<Layer> make_softmax(Args& a) {
+std::unique_ptr<Layer> make(Args& a, bool log) {
   auto l = std::make_unique<Softmax>();
+  l->log_ = log;
   l->dim_ = a.integer("dim", -1, -static_cast<int64_t>(DP_MAX_DIMS) - 1);
   if (l->dim_ == 0) fail(DP_ERR_MODEL, a.path_of("dim") + ": expected a dim other than 0 (the batch), got 0");
   return l;
 }
+}  // namespace
+
+std::unique_ptr<Layer> make_softmax(Args& a) { return make(a, false); }
+std::unique_ptr<Layer> make_log_softmax(Args& a) { return make(a, true); }
 
 }  // namespace dp

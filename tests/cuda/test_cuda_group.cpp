@@ -696,6 +696,29 @@ TEST_CASE("cross entropy's class weights and ignore_index: refused on a GPU grou
   dp_context_destroy(ctx);
 }
 
+TEST_CASE("losses without CUDA code (nll, l1, smooth_l1, huber, bce, bce_with_logits): refused on a GPU group at creation") {
+  progress("errors: CPU-only losses on CUDA");
+  dp_context* ctx = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  for (const std::string type : {"nll", "l1", "smooth_l1", "huber", "bce", "bce_with_logits"}) {
+    CAPTURE(type);
+    const std::string json = R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}, {"type": "sigmoid"}],
+      "loss": {"type": ")" + type + "\"}}";
+    dp_model* m = nullptr;
+    DP_REQUIRE_OK(dp_model_from_json(ctx, json.c_str(), &m));
+    dp_group* g = reinterpret_cast<dp_group*>(0x1);
+    dp_status st = dp_group_create(m, "cuda:0", &g);
+    CHECK_MESSAGE(st == DP_ERR_DEVICE, last(st));
+    CHECK(std::string(dp_last_error()).find("/loss (type '" + type + "'): this loss runs on CPU devices only so far") !=
+          std::string::npos);
+    CHECK(g == reinterpret_cast<dp_group*>(0x1));
+    DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));  // the model is still usable
+    dp_group_destroy(g);
+    dp_model_destroy(m);
+  }
+  dp_context_destroy(ctx);
+}
+
 TEST_CASE("device errors: cuda:99, cpu and cuda mixed") {
   progress("errors: bad device lists");
   dp_context* ctx = nullptr;

@@ -479,6 +479,15 @@ TEST_CASE("cuda softmax: dim -1 and dim 1 of a rank-3 input, dim 2 of rank 4") {
   run_case(big);
 }
 
+TEST_CASE("cuda log_softmax: dim -1 and dim 1 of a rank-3 input, dim 2 of rank 4, a long row") {
+  run_case(make({{"type", "log_softmax"}}, {Shape{10}}));
+  run_case(make({{"type", "log_softmax"}, {"dim", 1}}, {Shape{3, 5}}));
+  run_case(make({{"type", "log_softmax"}, {"dim", 2}}, {Shape{3, 4, 2}}));
+  Case big = make({{"type", "log_softmax"}}, {Shape{1000}});
+  big.lo = -20.f, big.hi = 20.f;
+  run_case(big);
+}
+
 TEST_CASE("cuda dropout: training (the CPU's mask exactly) and eval") {
   for (double p : {0.5, 0.1, 0.0}) {
     Case c = make({{"type", "dropout"}, {"p", p}}, {Shape{3, 7}});
@@ -796,6 +805,7 @@ TEST_CASE("every built-in layer type has a CUDA op") {
       {"global_avg_pool", {{}, {Shape{2, 3, 3}}}},
       {"leaky_relu", {{}, {Shape{2, 3, 3}}}},
       {"linear", {{{"out_features", 2}}, {Shape{2, 3, 3}}}},
+      {"log_softmax", {{}, {Shape{2, 3, 3}}}},
       {"max_pool2d", {{{"kernel_size", 2}}, {Shape{2, 4, 4}}}},
       {"relu", {{}, {Shape{2, 3, 3}}}},
       {"sigmoid", {{}, {Shape{2, 3, 3}}}},

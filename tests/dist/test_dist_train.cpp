@@ -1,7 +1,7 @@
 // Training across processes (issue 11), through the C ABI only, with forked
 // processes over loopback: P processes with their own CPU devices train as
 // one process with all those devices (batch sizes 30, 10 and 7, dropout and
-// batch norm, a cross entropy with class weights and ignored rows, SGD with
+// batch norm, a cross entropy (and an nll) with class weights and ignored rows, SGD with
 // momentum and Adam), and without batch norm as one device; two runs of
 // one world are bitwise the same; a run resumed from a checkpoint at another
 // world size goes on as the uninterrupted one; differing models, optimizers
@@ -83,12 +83,13 @@ struct Member {
 // batch's weight, which each process sums over its own rows: the processes
 // add theirs up before the loss.
 TEST_CASE("P processes train exactly as one process with all their devices, and as one device") {
-  for (const char* model : {kModel, kModelNoBatchNorm, kModelWeightedLoss}) {
+  for (const char* model : {kModel, kModelNoBatchNorm, kModelWeightedLoss, kModelNll}) {
     for (const char* opt : {kSgd, kAdam}) {
       const double tol = opt == kSgd ? 1e-5 : 1e-4;
       for (int64_t batch : {30, 10, 7}) {
         const std::string optimizer = opt, with = model == kModel              ? "batch norm and dropout"
                                                   : model == kModelWeightedLoss ? "dropout, a weighted loss, ignored rows"
+                                                  : model == kModelNll          ? "log_softmax, a weighted nll, ignored rows"
                                                                                 : "dropout";
         CAPTURE(with);
         CAPTURE(optimizer);
@@ -97,7 +98,7 @@ TEST_CASE("P processes train exactly as one process with all their devices, and 
         s.model = model;
         s.opt = opt;
         s.batch = batch;
-        s.ignored = model == kModelWeightedLoss;
+        s.ignored = model == kModelWeightedLoss || model == kModelNll;
         s.devices = "cpu:0,cpu:1,cpu:2,cpu:3";
         const Result four = run(s, 0, 0, 0);
         if (model != kModel) {

@@ -30,6 +30,11 @@ const char* const kModelWeightedLoss = R"({"seed": 7, "input": {"shape": [6]},
   "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
              {"type": "linear", "out_features": 5}],
   "loss": {"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "label_smoothing": 0.1}})";
+// log_softmax then nll, with class weights and ignored rows (nll's mean divides as cross entropy's).
+const char* const kModelNll = R"({"seed": 7, "input": {"shape": [6]},
+  "layers": [{"type": "linear", "out_features": 12}, {"type": "tanh"}, {"type": "dropout", "p": 0.25},
+             {"type": "linear", "out_features": 5}, {"type": "log_softmax"}],
+  "loss": {"type": "nll", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100}})";
 const char* const kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
 const char* const kAdam = R"({"type": "adam", "lr": 0.01})";
 const int64_t kSamples = 71;  // batches of 30: 30, 30, 11; of 7: ten of 7 and one of 1

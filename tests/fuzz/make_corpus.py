@@ -59,7 +59,7 @@ def model_json():
     for f in sorted(os.listdir(os.path.join(ROOT, "examples"))):
         if f.endswith(".json"):
             put("model_json", "example_" + f, read("examples", f))
-    for f in ["cnn_bn_sgd", "dag_adamw", "mlp_mse_adam"]:
+    for f in ["cnn_bn_sgd", "dag_adamw", "mlp_mse_adam", "mlp_nll_sgd", "mlp_bce_logits_adamw", "mlp_huber_sgd"]:
         put("model_json", "reference_" + f + ".json", compact(json.loads(read("tests", "reference", f + ".json"))["model"]))
     put("model_json", "io_pytorch_linear.json", compact(json.loads(read("tests", "io", "pytorch_linear.json"))["model"]))
     put("model_json", "plugins.json", compact({
@@ -88,6 +88,7 @@ def model_json():
             {"type": "global_avg_pool"},
             {"type": "batch_norm1d"},
             {"type": "softmax", "dim": -1},
+            {"type": "log_softmax", "dim": 1},
             {"type": "linear", "out_features": 5, "in_features": 8, "bias": True},
             {"type": "relu"},
             {"type": "flatten", "start_dim": 1, "end_dim": -1}],

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <fstream>
 
 #include "common.h"
 
@@ -184,4 +185,148 @@ TEST_CASE("mse: values, gradient, split shares") {
   CHECK(s == doctest::Approx(all).epsilon(1e-6));
   expect_error([&] { l->forward_backward(ctx, y, labels_of({1, 2, 3, 4}), &g); }, DP_ERR_SHAPE, {"float32", "int64"});
   expect_error([] { make_loss({{"type", "mse"}, {"reduction", "none"}}); }, DP_ERR_MODEL, {"/loss/reduction"});
+}
+
+namespace {
+const nlohmann::json& loss_reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(std::string(DP_REFERENCE_DIR) + "/losses.json");
+    REQUIRE(f.good());
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+// The loss's inputs as dp sees them: [N, ...] float32 outputs, and targets
+// of the dtype target_shape asks for.
+struct LossCase {
+  std::unique_ptr<Loss> loss;
+  Tensor x, t;
+  std::string name;
+};
+LossCase loss_case(const nlohmann::json& c) {
+  LossCase k;
+  k.name = c["name"].get<std::string>();
+  k.loss = make_loss(c["loss"]);
+  std::vector<int64_t> dims = c["shape"].get<std::vector<int64_t>>();
+  Shape shape, sample;
+  for (int64_t d : dims) shape.push(d);
+  for (size_t i = 1; i < dims.size(); ++i) sample.push(dims[i]);
+  k.x = tensor_of(shape, c["input"].get<std::vector<float>>());
+  dp_dtype dt = DP_F32;
+  const Shape ts = k.loss->target_shape(sample, &dt);
+  if (dt == DP_I64) {
+    CHECK(ts == Shape{});
+    k.t = labels_of(c["target"].get<std::vector<int64_t>>());
+  } else {
+    CHECK(ts == sample);
+    k.t = tensor_of(shape, c["target"].get<std::vector<float>>());
+  }
+  return k;
+}
+
+// As the group sets it for a batch of n rows.
+RunCtx batch_ctx(const Loss& l, const Tensor& t, int64_t n) {
+  RunCtx ctx;
+  ctx.batch_total = n;
+  ctx.loss_total = l.weight_of(t);
+  return ctx;
+}
+}  // namespace
+
+// Against PyTorch 2.15's losses in float64 on the same float32 inputs
+// (tests/reference/make_loss_reference.py): l1, smooth_l1 (beta 1, 0.5 and
+// 0), huber, bce (with outputs of exactly 0 and 1), bce_with_logits (weight,
+// pos_weight, logits of ±40), nll (weight, ignore_index). Each also split
+// over two replicas: their shares add up to the batch's loss, and each
+// replica's gradient rows are the batch's.
+TEST_CASE("losses as PyTorch: values, gradients, split shares, finite differences") {
+  const auto& cases = loss_reference()["losses"];
+  REQUIRE(cases.size() >= 17);
+  for (const auto& c : cases) {
+    LossCase k = loss_case(c);
+    CAPTURE(k.name);
+    const int64_t n = k.x.shape()[0];
+    const RunCtx ctx = batch_ctx(*k.loss, k.t, n);
+    Tensor g;
+    const double v = k.loss->forward_backward(ctx, k.x, k.t, &g);
+    CHECK(v == doctest::Approx(c["value"].get<double>()).epsilon(1e-9));
+    check_close(g, c["grad"].get<std::vector<float>>(), 1e-6f);
+
+    Tensor xa = k.x.rows(0, 2), xb = k.x.rows(2, n - 2), ta = k.t.rows(0, 2), tb = k.t.rows(2, n - 2);
+    RunCtx cb = ctx;
+    cb.sample_offset = 2;
+    Tensor ga, gb;
+    const double sa = k.loss->forward_backward(ctx, xa, ta, &ga), sb = k.loss->forward_backward(cb, xb, tb, &gb);
+    CHECK(sa + sb == doctest::Approx(v).epsilon(1e-12));
+    const int64_t row = k.x.shape().inner();
+    check_close(ga, std::vector<float>(g.f32(), g.f32() + 2 * row), 0);
+    check_close(gb, std::vector<float>(g.f32() + 2 * row, g.f32() + n * row), 0);
+
+    // Finite differences (bce's outputs of 0 and 1 have no neighbourhood in
+    // [0, 1]: checked below on interior values).
+    if (c["loss"]["type"] != "bce") CHECK_RESULT(loss_gradcheck(*k.loss, ctx, k.x, k.t, 1e-3, 1e-3));
+  }
+}
+
+TEST_CASE("bce: finite differences inside (0, 1); accumulation's loss_scale scales the gradient") {
+  for (const char* json : {R"({"type": "bce"})", R"({"type": "bce", "weight": [2, 0.5, 1, 3]})"}) {
+    CAPTURE(json);
+    auto l = make_loss(nlohmann::json::parse(json));
+    Tensor x = random_tensor(Shape{5, 4}, 11, 0.1f, 0.9f), t = random_tensor(Shape{5, 4}, 12, 0.f, 1.f);
+    RunCtx ctx;
+    ctx.batch_total = 5;
+    CHECK_RESULT(loss_gradcheck(*l, ctx, x, t, 1e-3, 1e-3));
+    Tensor g, g3;
+    const double v = l->forward_backward(ctx, x, t, &g);
+    ctx.loss_scale = 0.25;
+    CHECK(l->forward_backward(ctx, x, t, &g3) == v);  // the value is the batch's; only the gradient scales
+    for (int64_t i = 0; i < g.numel(); ++i) CHECK(g3.f32()[i] == doctest::Approx(0.25 * g.f32()[i]).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("the new losses: errors") {
+  dp_dtype dt;
+  Tensor x = random_tensor(Shape{3, 4}, 1), t = random_tensor(Shape{3, 4}, 2);
+  RunCtx ctx;
+  ctx.batch_total = 3;
+  ctx.sample_offset = 10;
+  Tensor g;
+  for (const std::string type : {"l1", "smooth_l1", "huber", "bce", "bce_with_logits"}) {
+    CAPTURE(type);
+    auto l = make_loss({{"type", type}});
+    CHECK(l->target_shape(Shape{2, 4}, &dt) == Shape{2, 4});
+    CHECK(dt == DP_F32);
+    expect_error([&] { l->forward_backward(ctx, x, labels_of({1, 2, 3}), &g); }, DP_ERR_SHAPE,
+                 {type, "float32 targets of shape [3, 4]", "int64 [3]"});
+    expect_error([&] { l->forward_backward(ctx, x, t.rows(0, 2), &g); }, DP_ERR_SHAPE, {"[3, 4]", "[2, 4]"});
+    expect_error([&] { make_loss({{"type", type}, {"reduction", "sum"}}); }, DP_ERR_MODEL, {"/loss/reduction", "\"sum\""});
+  }
+  expect_error([] { make_loss({{"type", "huber"}, {"delta", 0}}); }, DP_ERR_MODEL, {"/loss/delta: expected a number > 0"});
+  expect_error([] { make_loss({{"type", "huber"}, {"delta", -1}}); }, DP_ERR_MODEL, {"/loss/delta"});
+  expect_error([] { make_loss({{"type", "smooth_l1"}, {"beta", -0.5}}); }, DP_ERR_MODEL, {"/loss/beta", "-0.5"});
+  // bce takes probabilities: an output outside [0, 1] is named with its row (a NaN is the step's NaN check's).
+  auto bce = make_loss({{"type", "bce"}});
+  Tensor p = random_tensor(Shape{3, 4}, 3, 0.f, 1.f);
+  p.f32()[9] = 1.5f;
+  expect_error([&] { bce->forward_backward(ctx, p, t, &g); }, DP_ERR_INVALID_ARGUMENT,
+               {"bce expects the model's outputs in [0, 1]", "sigmoid", "bce_with_logits", "got 1.5 at row 12"});
+  p.f32()[9] = NAN;
+  CHECK(std::isnan(bce->forward_backward(ctx, p, t, &g)));
+  // weight and pos_weight: one per element of the last dim, none negative; pos_weight is bce_with_logits's.
+  auto w = make_loss({{"type", "bce_with_logits"}, {"pos_weight", {1, 2, 3}}});
+  expect_error([&] { w->target_shape(Shape{4}, &dt); }, DP_ERR_SHAPE,
+               {"bce_with_logits's pos_weight has 3 values", "[4]", "last dim (4)"});
+  CHECK_NOTHROW(w->target_shape(Shape{2, 3}, &dt));
+  expect_error([] { make_loss({{"type", "bce"}, {"weight", {1, -2}}}); }, DP_ERR_MODEL, {"/loss/weight", ">= 0"});
+  expect_error([] { make_loss({{"type", "bce"}, {"pos_weight", {1}}}); }, DP_ERR_MODEL, {"pos_weight"});
+  // nll: class targets, as cross_entropy
+  auto nll = make_loss({{"type", "nll"}, {"weight", {1, 2, 3, 4}}});
+  expect_error([&] { nll->target_shape(Shape{2, 4}, &dt); }, DP_ERR_SHAPE, {"nll expects model output of shape [C]"});
+  expect_error([&] { nll->target_shape(Shape{5}, &dt); }, DP_ERR_SHAPE, {"nll's weight has 4 values for a model of 5 classes"});
+  CHECK(nll->target_shape(Shape{4}, &dt) == Shape{});
+  CHECK(dt == DP_I64);
+  expect_error([&] { nll->forward_backward(ctx, x, labels_of({0, 4, 1}), &g); }, DP_ERR_INVALID_ARGUMENT,
+               {"target 4 at row 11 is outside [0, 4) and is not ignore_index -100"});
+  expect_error([&] { nll->forward_backward(ctx, x, t, &g); }, DP_ERR_SHAPE, {"nll expects int64 targets of shape [3]"});
 }

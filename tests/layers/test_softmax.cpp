@@ -1,4 +1,5 @@
 #include <cmath>
+#include <fstream>
 
 #include "common.h"
 
@@ -41,4 +42,41 @@ TEST_CASE("softmax: errors") {
   expect_error([&] { l->infer({Shape{4}}); }, DP_ERR_SHAPE, {"[4]", "-3"});
   auto m = make_layer({{"type", "softmax"}, {"dim", 2}});
   expect_error([&] { m->infer({Shape{4}}); }, DP_ERR_SHAPE, {"[4]"});
+}
+
+// Against PyTorch 2.15's F.log_softmax in float64 on the same float32
+// inputs (tests/reference/losses.json): the output and the input gradient
+// for an upstream gradient, along the last dim and inner ones.
+TEST_CASE("log_softmax: as PyTorch, gradients, stable for large inputs") {
+  std::ifstream f(std::string(DP_REFERENCE_DIR) + "/losses.json");
+  REQUIRE(f.good());
+  const nlohmann::json ref = nlohmann::json::parse(f)["log_softmax"];
+  REQUIRE(ref.size() == 3);
+  for (const auto& c : ref) {
+    const auto dims = c["shape"].get<std::vector<int64_t>>();
+    const int64_t dim = c["dim"].get<int64_t>();
+    CAPTURE(dim);
+    Shape shape, sample;
+    for (int64_t d : dims) shape.push(d);
+    for (size_t i = 1; i < dims.size(); ++i) sample.push(dims[i]);
+    auto l = make_layer({{"type", "log_softmax"}, {"dim", dim}});
+    Harness h(*l, {sample});
+    CHECK(h.out_sample == sample);
+    Tensor x = tensor_of(shape, c["input"].get<std::vector<float>>());
+    Tensor gout = tensor_of(shape, c["gout"].get<std::vector<float>>());
+    h.forward({&x});
+    check_close(h.out, c["output"].get<std::vector<float>>(), 2e-6f);
+    h.backward({&x}, gout);
+    check_close(h.gin[0], c["grad"].get<std::vector<float>>(), 2e-6f);
+    check_layer(h, {&x}, GradOptions{1e-3, 1e-2});
+  }
+  // exp never overflows: (x - max) - log(sum exp(x - max))
+  auto l = make_layer({{"type", "log_softmax"}});
+  Harness h(*l, {Shape{3}});
+  Tensor x = tensor_of(Shape{1, 3}, {1000.f, 0.f, -1000.f});
+  h.forward({&x});
+  check_close(h.out, {0.f, -1000.f, -2000.f});
+  expect_error([] { make_layer({{"type", "log_softmax"}, {"dim", 0}}); }, DP_ERR_MODEL, {"/layers/0/dim"});
+  auto m = make_layer({{"type", "log_softmax"}, {"dim", 2}});
+  expect_error([&] { m->infer({Shape{4}}); }, DP_ERR_SHAPE, {"log_softmax dim 2", "[4]"});
 }

@@ -5,7 +5,9 @@ Each file holds a dp model (JSON), the same model's initial parameters in dp's
 order (= PyTorch's module.parameters() order), an input batch and target, and
 what PyTorch computes from them: the output, the loss and gradients of the
 first step, the losses of a few optimizer steps, the final parameters and the
-running statistics. Run by hand (PyTorch is not a build dependency):
+running statistics. Run by hand (PyTorch is not a build dependency); another machine's PyTorch
+kernels may change the earlier files in their last bits (2026-12-06: by at
+most 1.6e-7), so keep those unless a case itself changed:
 
     python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch numpy
     /tmp/torchenv/bin/python tests/reference/make_reference.py
@@ -117,6 +119,54 @@ CASES = [
         optimizer={"type": "adamw", "lr": 0.02, "weight_decay": 0.1},
         torch_opt=lambda p: torch.optim.AdamW(p, lr=0.02, weight_decay=0.1),
     ),
+    dict(
+        name="mlp_nll_sgd",
+        dp_model={
+            "seed": 0, "input": {"shape": [6]},
+            "layers": [
+                {"type": "linear", "out_features": 8}, {"type": "relu"},
+                {"type": "linear", "out_features": 4}, {"type": "log_softmax"},
+            ],
+            "loss": {"type": "nll", "weight": [0.5, 2.0, 1.0, 3.0]},
+        },
+        torch_model=lambda: nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4), nn.LogSoftmax(dim=-1)),
+        input_shape=[9, 6], classes=4,
+        loss=lambda out, t: F.nll_loss(out, t, weight=torch.tensor([0.5, 2.0, 1.0, 3.0])),
+        optimizer={"type": "sgd", "lr": 0.2, "momentum": 0.9},
+        torch_opt=lambda p: torch.optim.SGD(p, lr=0.2, momentum=0.9),
+    ),
+    dict(
+        name="mlp_bce_logits_adamw",
+        dp_model={
+            "seed": 0, "input": {"shape": [5]},
+            "layers": [
+                {"type": "linear", "out_features": 7}, {"type": "tanh"}, {"type": "linear", "out_features": 3},
+            ],
+            "loss": {"type": "bce_with_logits", "weight": [1.0, 0.5, 2.0], "pos_weight": [3.0, 1.0, 0.25]},
+        },
+        torch_model=lambda: nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)),
+        input_shape=[8, 5], mse_shape=[8, 3],
+        loss=lambda out, t: F.binary_cross_entropy_with_logits(
+            out, t, weight=torch.tensor([1.0, 0.5, 2.0]), pos_weight=torch.tensor([3.0, 1.0, 0.25])),
+        optimizer={"type": "adamw", "lr": 0.05, "weight_decay": 0.01},
+        torch_opt=lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.01),
+    ),
+    dict(
+        name="mlp_huber_sgd",
+        dp_model={
+            "seed": 0, "input": {"shape": [4]},
+            "layers": [
+                {"type": "linear", "out_features": 6}, {"type": "sigmoid"}, {"type": "linear", "out_features": 2},
+            ],
+            "loss": {"type": "huber", "delta": 0.5},
+        },
+        torch_model=lambda: nn.Sequential(nn.Linear(4, 6), nn.Sigmoid(), nn.Linear(6, 2)),
+        input_shape=[10, 4], mse_shape=[10, 2],
+        loss=lambda out, t: F.huber_loss(out, t, delta=0.5),
+        target_range=(-2.0, 2.0),  # both of huber's pieces
+        optimizer={"type": "sgd", "lr": 0.3},
+        torch_opt=lambda p: torch.optim.SGD(p, lr=0.3),
+    ),
 ]
 
 STEPS = 4
@@ -135,6 +185,9 @@ for case in CASES:
         target_list = [int(v) for v in target.tolist()]
     else:
         target = torch.rand(*case["mse_shape"])
+        if "target_range" in case:
+            lo, hi = case["target_range"]
+            target = target * (hi - lo) + lo
         target_list = flat([target])
     params = list(model.parameters())
     out = {

@@ -617,7 +617,9 @@ class DataParallel(_Owner):
     def train_step(self, optimizer, x, y):
         """zero_grad, forward, the model's loss, backward, optimizer step; the
         batch loss (a float). x float32 [B, ...]; y int64 class indices [B]
-        (cross_entropy) or float32 of the output's shape (mse)."""
+        (cross_entropy, nll) or float32 of the output's shape (mse, l1,
+        smooth_l1, huber, bce, bce_with_logits: as in PyTorch, 0/1 labels
+        for bce must be floats)."""
         from ._optim import Optimizer  # (_optim imports this module)
         opt = _handle(optimizer, Optimizer, 'train_step: optimizer')
         loss = ctypes.c_float()
@@ -641,7 +643,7 @@ class DataParallel(_Owner):
 
     def evaluate(self, x, y):
         """(loss, correct): the model's loss without training, and the rows
-        whose arg-max is the target (cross_entropy)."""
+        whose arg-max is the target (cross_entropy, nll; 0 for the others)."""
         loss, correct = ctypes.c_float(), ctypes.c_int64()
         xt, yt = self._input(x), self._target(y)
         _check(_lib.group_evaluate(self._h, xt._h, yt._h, ctypes.byref(loss), ctypes.byref(correct)))

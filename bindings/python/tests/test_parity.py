@@ -619,3 +619,37 @@ def test_output_device_and_dim_as_pytorch_has_them():
     class TorchDevice:  # what torch.device('cpu', 0) looks like to dp
         type, index = 'cpu', 0
     assert dp.DataParallel(m, 'cpu:0', output_device=TorchDevice()).num_devices == 1
+
+
+# -- PyTorch's other losses
+
+def test_log_softmax_then_nll_trains_as_cross_entropy():
+    """nn.LogSoftmax + nn.NLLLoss is nn.CrossEntropyLoss: the same steps, up to rounding."""
+    def run(loss, last):
+        cfg = dict(SMALL, loss=loss, layers=SMALL['layers'] + last)
+        net = dp.DataParallel(dp.Model(cfg), 2)
+        opt = dp.SGD(net, lr=0.1, momentum=0.9)
+        losses = [net.train_step(opt, *batch(12, seed)) for seed in range(5)]
+        return losses, net.module.parameters()
+    w = [0.5, 2.0, 1.0]
+    a, pa = run({'type': 'cross_entropy', 'weight': w}, [])
+    b, pb = run({'type': 'nll', 'weight': w}, [{'type': 'log_softmax'}])
+    assert np.allclose(a, b, rtol=1e-5, atol=0) and np.allclose(pa, pb, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_label_bce_with_logits_takes_float_targets_as_pytorch():
+    cfg = dict(SMALL, loss={'type': 'bce_with_logits', 'pos_weight': [2.0, 1.0, 0.5]})
+    net = dp.DataParallel(dp.Model(cfg), 2)
+    opt = dp.Adam(net, lr=0.01)
+    x, _ = batch(8)
+    y = (np.random.default_rng(1).random((8, 3)) > 0.5)
+    first = net.train_step(opt, x, y.astype(np.float32))
+    for _ in range(20):
+        last = net.train_step(opt, x, y.astype(np.float32))
+    assert last < first
+    with pytest.raises(dp.Error, match=r'target is int64 \[8, 3\]; the bce_with_logits loss needs float32'):
+        net.train_step(opt, x, y.astype(np.int64))  # as PyTorch: 0/1 labels for BCE are floats
+    cfg = dict(SMALL, loss={'type': 'bce'})  # probabilities: a model without sigmoid is refused, naming the row
+    net = dp.DataParallel(dp.Model(cfg), 1)
+    with pytest.raises(dp.Error, match=r'bce expects the model.s outputs in \[0, 1\].*at row'):
+        net.train_step(dp.SGD(net, lr=0.1), x * 10, y.astype(np.float32))

@@ -26,7 +26,9 @@ void CudaExecutor::zero(float* dst, int64_t n) {
 static std::unique_ptr<CudaLoss> loss_for(const Model& model) {
   if (!model.loss) return nullptr;
   auto l = make_cuda_loss(*model.loss);
-  if (!l) fail(DP_ERR_DEVICE, "/loss (type '" + model.loss->type + "'): this loss has no CUDA implementation");
+  if (!l) fail(DP_ERR_DEVICE, "/loss (type '" + model.loss->type +
+                            "'): this loss runs on CPU devices only so far (cuda runs cross_entropy and mse): train "
+                            "this model on cpu:N");
   return l;
 }
 

@@ -24,6 +24,7 @@ const Entry kOps[] = {
     {"global_avg_pool", make_cuda_global_avg_pool},
     {"leaky_relu", make_cuda_activation},
     {"linear", make_cuda_linear},
+    {"log_softmax", make_cuda_softmax},
     {"max_pool2d", make_cuda_max_pool2d},
     {"relu", make_cuda_activation},
     {"sigmoid", make_cuda_activation},

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Writes tests/reference/losses.json, which tests/layers/test_losses.cpp reads:
+PyTorch's value and input gradient of each loss dp has (reduction="mean"), and
+of log_softmax, on float32 inputs, computed in float64 (so the reference is
+the formula's exact value, not float32 rounding). Run by hand (PyTorch is not
+a build dependency):
+
+    eval "$(../shared/tools/torch-venv.sh ~/.cache/dp-torch --env)"
+    "$TORCH_PY" tests/reference/make_loss_reference.py
+"""
+import json
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+g = torch.Generator().manual_seed(7)
+
+
+def f32(*shape, lo=-3.0, hi=3.0):
+    return (torch.rand(*shape, generator=g) * (hi - lo) + lo).float()
+
+
+def case(name, loss, module, x, t, x_torch=None):
+    """x, t: what dp sees (float32; int64 class targets). module: the torch loss."""
+    xd = (x if x_torch is None else x_torch).double().requires_grad_(True)
+    td = t.double() if t.dtype == torch.float32 else t
+    v = module(xd, td)
+    v.backward()
+    return {"name": name, "loss": loss, "shape": list(x.shape), "input": x.reshape(-1).tolist(),
+            "target": t.reshape(-1).tolist(), "value": float(v.detach()), "grad": xd.grad.reshape(-1).tolist()}
+
+
+def d(v):
+    return torch.tensor(v, dtype=torch.float64)
+
+
+cases = []
+# Regression losses: a few elements exactly on target (d = 0) and on the joins |d| = beta, delta.
+x = f32(5, 4)
+t = f32(5, 4)
+t[0, 0] = x[0, 0]
+t[1, 1] = x[1, 1] - 1.0
+t[2, 2] = x[2, 2] + 0.5
+cases.append(case("l1", {"type": "l1"}, nn.L1Loss(), x, t))
+for beta in (1.0, 0.5, 0.0):
+    cases.append(case(f"smooth_l1 beta {beta}", {"type": "smooth_l1", "beta": beta}, nn.SmoothL1Loss(beta=beta), x, t))
+for delta in (1.0, 0.3):
+    cases.append(case(f"huber delta {delta}", {"type": "huber", "delta": delta}, nn.HuberLoss(delta=delta), x, t))
+# A per-sample shape of two dims: [3, 2, 4].
+x3, t3 = f32(3, 2, 4), f32(3, 2, 4)
+cases.append(case("huber [2, 4] per sample", {"type": "huber"}, nn.HuberLoss(), x3, t3))
+
+# Binary cross entropy: probabilities, with 0 and 1 exactly (the -100 clamp); soft targets too.
+p = f32(6, 3, lo=0.02, hi=0.98)
+p[0, 0], p[1, 1], p[2, 2] = 0.0, 1.0, 1.0
+y = (torch.rand(6, 3, generator=g) > 0.5).float()
+y[0, 0], y[1, 1], y[2, 2] = 1.0, 0.0, 1.0
+y[3] = torch.tensor([0.25, 0.5, 0.9])
+w = [0.5, 2.0, 1.0]
+cases.append(case("bce", {"type": "bce"}, nn.BCELoss(), p, y))
+cases.append(case("bce weight", {"type": "bce", "weight": w}, nn.BCELoss(weight=d(w)), p, y))
+# With logits, some large (where sigmoid then bce would round to 0 or 1).
+z = f32(6, 3, lo=-6, hi=6)
+z[0, 0], z[1, 1], z[2, 2] = 40.0, -40.0, 0.0
+pw = [3.0, 0.5, 1.0]
+cases.append(case("bce_with_logits", {"type": "bce_with_logits"}, nn.BCEWithLogitsLoss(), z, y))
+cases.append(case("bce_with_logits weight", {"type": "bce_with_logits", "weight": w},
+                  nn.BCEWithLogitsLoss(weight=d(w)), z, y))
+cases.append(case("bce_with_logits pos_weight", {"type": "bce_with_logits", "pos_weight": pw},
+                  nn.BCEWithLogitsLoss(pos_weight=d(pw)), z, y))
+cases.append(case("bce_with_logits weight pos_weight", {"type": "bce_with_logits", "weight": w, "pos_weight": pw},
+                  nn.BCEWithLogitsLoss(weight=d(w), pos_weight=d(pw)), z, y))
+
+# Negative log likelihood on log-probabilities, with class weights and ignored rows.
+lp = F.log_softmax(f32(7, 5), dim=1).float()
+tc = torch.tensor([0, 4, 2, -100, 1, 3, 4])
+tc_plain = torch.tensor([0, 4, 2, 2, 1, 3, 4])
+wc = [0.5, 2.0, 1.0, 0.25, 3.0]
+cases.append(case("nll", {"type": "nll"}, nn.NLLLoss(), lp, tc_plain))
+cases.append(case("nll ignore_index", {"type": "nll"}, nn.NLLLoss(), lp, tc))
+cases.append(case("nll weight ignore_index", {"type": "nll", "weight": wc}, nn.NLLLoss(weight=d(wc)), lp, tc))
+cases.append(case("nll weight ignore_index 2", {"type": "nll", "weight": wc, "ignore_index": 2},
+                  nn.NLLLoss(weight=d(wc), ignore_index=2), lp, tc_plain))
+
+# log_softmax, as a layer: its output and input gradient for an upstream gradient gout.
+layers = []
+for shape, dim in (([4, 6], -1), ([3, 4, 5], 1), ([2, 3, 4, 2], 2)):
+    xs = f32(*shape, lo=-5, hi=5)
+    gs = f32(*shape, lo=-1, hi=1)
+    xd = xs.double().requires_grad_(True)
+    yd = F.log_softmax(xd, dim=dim)
+    yd.backward(gs.double())
+    layers.append({"shape": shape, "dim": dim, "input": xs.reshape(-1).tolist(), "gout": gs.reshape(-1).tolist(),
+                   "output": yd.detach().reshape(-1).tolist(), "grad": xd.grad.reshape(-1).tolist()})
+
+with open(os.path.join(HERE, "losses.json"), "w") as f:
+    json.dump({"torch": torch.__version__, "losses": cases, "log_softmax": layers}, f)
+print(len(cases), "losses,", len(layers), "log_softmax cases, torch", torch.__version__)

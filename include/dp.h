@@ -550,10 +550,12 @@ DP_API dp_status dp_group_train_step(dp_group* g, dp_optimizer* opt, const dp_te
  * loss_scale * loss ADDED into the model's (no zero_grad, no step; then
  * dp_optimizer_step and dp_group_zero_grad). K batches with loss_scale 1/K
  * give the gradients of one batch K times larger (up to rounding; dropout
- * masks and batch-norm statistics are per batch, as in PyTorch). *loss (may
- * be NULL) receives the unscaled batch loss. A NaN or infinite loss (also:
- * beyond FLT_MAX) returns DP_ERR_NUMERIC and leaves the gradients as they
- * were. */
+ * masks and batch-norm statistics are per batch, as in PyTorch; with
+ * cross_entropy's or nll's class weights or ignored rows each batch's mean
+ * divides by its own weight, as PyTorch's loop of (loss / K).backward()).
+ * *loss (may be NULL) receives the unscaled batch loss. A NaN or infinite
+ * loss (also: beyond FLT_MAX) returns DP_ERR_NUMERIC and leaves the
+ * gradients as they were. */
 DP_API dp_status dp_group_forward_backward(dp_group* g, const dp_tensor* input, const dp_tensor* target,
                                            double loss_scale, float* loss);
 /* The model's loss without training (evaluation); *loss receives it, and

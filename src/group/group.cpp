@@ -182,6 +182,7 @@ void Group::check_target(const Tensor& target, int64_t batch) const {
   if (target.dtype() != model_.target_dtype || target.shape() != want)
     fail(DP_ERR_SHAPE, std::string("target is ") + dtype_name(target.dtype()) + " " + target.shape().str() + "; the " +
                            model_.loss->type + " loss needs " + dtype_name(model_.target_dtype) + " " + want.str());
+  model_.loss->check_target_values(model_.output_shape(), target);
 }
 
 void Group::check_job(Job job, const Tensor& input, const Tensor* target, bool accumulate) {

@@ -128,6 +128,14 @@ class Loss {
   // shape and dtype that the loss needs.
   virtual Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const = 0;
   virtual double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const = 0;
+  // Before any replica runs (the group's checks, which every process
+  // refuses alike): throws DP_ERR_INVALID_ARGUMENT for target values the
+  // loss cannot take (a class outside [0, C), bce's outside [0, 1]), naming
+  // the row of `target` (host memory; out_sample: the model's output per
+  // sample). Nothing by default.
+  virtual void check_target_values(const Shape& out_sample, const Tensor& target) const {
+    (void)out_sample, (void)target;
+  }
   // What these target rows weigh in the batch's mean: their number, or, for
   // cross entropy with class weights or ignore_index, as PyTorch's mean, the
   // weights of their classes, ignored rows left out. The group adds it up

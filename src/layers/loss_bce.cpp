@@ -51,6 +51,21 @@ class Bce final : public PointwiseLoss, public BceAttrs {
     });
   }
 
+  // As PyTorch's "all elements of target should be between 0 and 1" (bce
+  // only: with logits any target is taken, as PyTorch does).
+  void check_target_values(const Shape& out_sample, const Tensor& target) const override {
+    if (logits_) return;
+    const float* t = target.f32();
+    const int64_t inner = out_sample.numel();
+    for (int64_t i = 0, n = target.numel(); i < n; ++i)
+      if (!(t[i] >= 0 && t[i] <= 1)) {
+        char v[32];
+        std::snprintf(v, sizeof v, "%.9g", t[i]);
+        fail(DP_ERR_INVALID_ARGUMENT, std::string("bce expects targets in [0, 1], got ") + v + " at row " +
+                                          std::to_string(inner > 0 ? i / inner : 0));
+      }
+  }
+
  private:
   // As PyTorch's "all elements of input should be between 0 and 1" (a NaN
   // passes, for the step's NaN check to refuse).

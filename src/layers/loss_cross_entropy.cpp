@@ -91,6 +91,9 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
   }
 
   double weight_of(const Tensor& target) const override { return ClassWeights::weight_of(target); }
+  void check_target_values(const Shape& out_sample, const Tensor& target) const override {
+    ClassWeights::check_target_values(out_sample, target);
+  }
 };
 
 }  // namespace

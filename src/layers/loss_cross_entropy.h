@@ -60,6 +60,11 @@ struct ClassWeights {
     return Shape{};
   }
 
+  // The values of a whole call's targets (Loss::check_target_values).
+  void check_target_values(const Shape& out_sample, const Tensor& target) const {
+    check_class_targets(target, out_sample.numel(), 0, &ignore_index_);
+  }
+
   // The rows' targets: int64 [n], each in range or ignored.
   void check_targets(const char* loss, const Tensor& target, int64_t n, int64_t classes, int64_t first_row) const {
     if (target.dtype() != DP_I64 || target.numel() != n)

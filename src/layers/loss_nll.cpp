@@ -44,6 +44,9 @@ class Nll final : public Loss, public NllAttrs {
   }
 
   double weight_of(const Tensor& target) const override { return ClassWeights::weight_of(target); }
+  void check_target_values(const Shape& out_sample, const Tensor& target) const override {
+    ClassWeights::check_target_values(out_sample, target);
+  }
 };
 
 }  // namespace

@@ -90,6 +90,22 @@ def last_json(text):
     return json.loads(lines[-1]) if lines else None
 
 
+def descends_from(pid, ancestor):
+    """Whether process `pid` is `ancestor` or below it (a rank of this job, not one of an earlier
+    job still exiting, whose environment says the same)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                pid = int(f.read().rsplit(')', 1)[1].split()[1])  # the field after the name: state, then ppid
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid <= 1:
+            return False
+    return False
+
+
 def kill_rank_under_mpirun(cmd, label, env=None, sig=signal.SIGKILL, says=()):
     """Starts an mpirun job, sends its rank 1 (found by its environment) `sig` once it trains
     (SIGKILL: it dies; SIGSTOP: it stops answering), and checks that the whole job ends non-zero
@@ -106,7 +122,8 @@ def kill_rank_under_mpirun(cmd, label, env=None, sig=signal.SIGKILL, says=()):
                     cmdline = f.read()
             except OSError:
                 continue
-            if b'OMPI_COMM_WORLD_RANK=1' in environ and cmdline.startswith(DP.encode()):
+            if b'OMPI_COMM_WORLD_RANK=1' in environ and cmdline.startswith(DP.encode()) and \
+                    descends_from(int(pid), job.pid):
                 victim = int(pid)
         if victim:
             break

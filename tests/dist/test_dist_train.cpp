@@ -534,7 +534,7 @@ TEST_CASE("a rank that leaves while the others set up: they fail at once, naming
   CHECK(took < 15);  // not the 30 s time limit
 }
 
-TEST_CASE("errors every process sees alike leave every group usable: a refused tensor, differing calls, a NaN loss") {
+TEST_CASE("errors every process sees alike leave every group usable: a refused tensor, a class out of range, differing calls, a NaN loss") {
   const int port = free_port();
   std::vector<RankFn> ranks;
   for (int r = 0; r < 2; ++r)
@@ -551,6 +551,7 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
       dp_tensor* in = make_f32(ctx, x, {4, 6});
       dp_tensor* tg = make_i64(ctx, y, {4});
       dp_tensor* bad_tg = make_i64(ctx, {0, 1, 2}, {3});
+      dp_tensor* bad_class = make_i64(ctx, {0, 1, 7, 3}, {4});
       x[5] = NAN;
       dp_tensor* nan_in = make_f32(ctx, x, {4, 6});
       auto expect = [](bool ok, const std::string& what) {
@@ -571,6 +572,12 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
       if (r == 1) expect(s == DP_ERR_SHAPE, "rank 1's own refusal");
       else expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("rank 1's train_step was refused") != std::string::npos,
                   "rank 0 told of rank 1's refusal");
+      // Rank 1's target holds a class the model does not have: refused before any replica runs, on both.
+      s = dp_group_train_step(group, opt, in, r == 1 ? bad_class : tg, &loss);
+      if (r == 1) expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("target 7 at row 2 is outside [0, 5)") != std::string::npos,
+                         "rank 1's own refusal of its class 7");
+      else expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("rank 1's train_step was refused") != std::string::npos,
+                  "rank 0 told of rank 1's class 7");
       // Different calls on the two ranks: both refuse, naming them.
       s = r == 0 ? dp_group_evaluate(group, in, tg, &loss, &correct) : dp_group_train_step(group, opt, in, tg, &loss);
       expect(s == DP_ERR_INVALID_ARGUMENT && std::string(dp_last_error()).find("rank 1 called train_step while rank 0 called evaluate") != std::string::npos,
@@ -583,7 +590,7 @@ TEST_CASE("errors every process sees alike leave every group usable: a refused t
       OK(dp_group_train_step(group, opt, in, tg, &loss));
       const std::vector<float> after = params();
       expect(after != before, "the step after the errors trained");
-      for (dp_tensor* t : {in, tg, bad_tg, nan_in}) dp_tensor_destroy(t);
+      for (dp_tensor* t : {in, tg, bad_tg, bad_class, nan_in}) dp_tensor_destroy(t);
       return std::string(reinterpret_cast<const char*>(after.data()), after.size() * sizeof(float));
     });
   require_same_parameters(run_ranks(ranks, 60));

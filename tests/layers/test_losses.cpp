@@ -305,6 +305,25 @@ TEST_CASE("the new losses: errors") {
   expect_error([] { make_loss({{"type", "huber"}, {"delta", 0}}); }, DP_ERR_MODEL, {"/loss/delta: expected a number > 0"});
   expect_error([] { make_loss({{"type", "huber"}, {"delta", -1}}); }, DP_ERR_MODEL, {"/loss/delta"});
   expect_error([] { make_loss({{"type", "smooth_l1"}, {"beta", -0.5}}); }, DP_ERR_MODEL, {"/loss/beta", "-0.5"});
+  // Target values, checked by the group before any replica runs (so every process refuses alike):
+  // bce's in [0, 1] (NaN too, as PyTorch), any for bce_with_logits; classes in range or ignored.
+  Tensor probs = random_tensor(Shape{3, 4}, 4, 0.f, 1.f);
+  CHECK_NOTHROW(make_loss({{"type", "bce"}})->check_target_values(Shape{4}, probs));
+  for (float bad : {-0.25f, 1.5f, NAN}) {
+    CAPTURE(bad);
+    probs.f32()[6] = bad;
+    expect_error([&] { make_loss({{"type", "bce"}})->check_target_values(Shape{4}, probs); }, DP_ERR_INVALID_ARGUMENT,
+                 {"bce expects targets in [0, 1], got", "at row 1"});
+    CHECK_NOTHROW(make_loss({{"type", "bce_with_logits"}})->check_target_values(Shape{4}, probs));
+  }
+  for (const std::string type : {"cross_entropy", "nll"}) {
+    CAPTURE(type);
+    auto c = make_loss({{"type", type}, {"ignore_index", 9}});
+    CHECK_NOTHROW(c->check_target_values(Shape{4}, labels_of({0, 3, 9})));
+    expect_error([&] { c->check_target_values(Shape{4}, labels_of({0, 4, 1})); }, DP_ERR_INVALID_ARGUMENT,
+                 {"target 4 at row 1 is outside [0, 4) and is not ignore_index 9"});
+  }
+  CHECK_NOTHROW(make_loss({{"type", "mse"}})->check_target_values(Shape{4}, t));  // any float
   // bce takes probabilities: an output outside [0, 1] is named with its row (a NaN is the step's NaN check's).
   auto bce = make_loss({{"type", "bce"}});
   Tensor p = random_tensor(Shape{3, 4}, 3, 0.f, 1.f);

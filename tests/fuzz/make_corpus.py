@@ -95,6 +95,30 @@ def model_json():
         "loss": {"type": "cross_entropy", "label_smoothing": 0.1}}))
 
 
+# ---- train_step: a flags byte, a batch byte, then a model's JSON ----
+def train_step():
+    d = os.path.join(OUT, "model_json")
+    for f in sorted(os.listdir(d)):  # (the large examples go past the caps: refused at once)
+        with open(os.path.join(d, f), "rb") as fh:
+            put("train_step", f, bytes([0, 8]) + fh.read())
+    small = lambda layers, loss, shape=(2, 6, 6): compact({"seed": 5, "input": {"shape": list(shape)}, "layers": layers, "loss": loss})
+    convs = [{"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "name": "c"},
+             {"type": "leaky_relu", "negative_slope": 0.1}, {"type": "max_pool2d", "kernel_size": 2, "ceil_mode": True},
+             {"type": "avg_pool2d", "kernel_size": 2, "stride": 1, "padding": 1, "count_include_pad": False, "name": "p"},
+             {"type": "tanh", "inputs": ["p"], "name": "t"}, {"type": "sigmoid", "inputs": ["p"], "name": "s"},
+             {"type": "add", "inputs": ["t", "s"], "name": "a"}, {"type": "concat", "inputs": ["a", "t"], "dim": 1},
+             {"type": "dropout", "p": 0.3}, {"type": "gelu"}, {"type": "flatten"}, {"type": "linear", "out_features": 4}]
+    put("train_step", "convs_cross_entropy", bytes([1, 7]) + small(convs, {"type": "cross_entropy", "label_smoothing": 0.1}).encode())
+    put("train_step", "convs_nll", bytes([2, 8]) + small(convs + [{"type": "log_softmax"}],
+                                                        {"type": "nll", "weight": [1, 2, 0.5, 1], "ignore_index": 3}).encode())
+    for i, loss in enumerate([{"type": "mse"}, {"type": "l1"}, {"type": "smooth_l1", "beta": 0.5}, {"type": "huber", "delta": 0.3},
+                              {"type": "bce"}, {"type": "bce_with_logits", "pos_weight": [2, 1, 0.5]}]):
+        layers = [{"type": "linear", "out_features": 5}, {"type": "swish"},
+                  {"type": "rms_norm", "normalized_shape": 5, "eps": 1e-6, "elementwise_affine": True},
+                  {"type": "softmax", "dim": -1}, {"type": "linear", "out_features": 3}, {"type": "sigmoid"}]
+        put("train_step", "mlp_" + loss["type"], bytes([i % 8, 4 + i]) + small(layers, loss, shape=(7,)).encode())
+
+
 # ---- safetensors ----
 def st_file(tensors, metadata=None):
     """tensors: [(name, dtype, shape, bytes)] in data order."""
@@ -293,6 +317,7 @@ def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     model_json()
+    train_step()
     safetensors()
     checkpoint(libdp)
     idx()

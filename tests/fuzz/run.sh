@@ -23,7 +23,7 @@ fi
 build=$1
 seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
-targets=${FUZZ_TARGETS:-"model_json safetensors checkpoint idx cifar10 loader_json transform optimizer devices plugin_args"}
+targets=${FUZZ_TARGETS:-"model_json train_step safetensors checkpoint idx cifar10 loader_json transform optimizer devices plugin_args"}
 
 ninja_targets="tests/fuzz/fuzz_plugin.so plugins/swish.so plugins/rms_norm.so plugins/shape_probe.so"
 for t in $targets; do ninja_targets+=" tests/fuzz/fuzz_$t"; done
@@ -46,6 +46,7 @@ for t in $targets; do
   done
   dict=()
   [ -f "$here/dicts/$t.dict" ] && dict=(-dict="$here/dicts/$t.dict")
+  [ "$t" = train_step ] && dict=(-dict="$here/dicts/model_json.dict")  # model JSON after two bytes
   log=$work/$t.log
   echo "fuzzing $t for ${seconds}s ..." >&2
   # -max_len: inputs up to 16 KB (5 CIFAR records); the larger regression

@@ -125,20 +125,22 @@ const char* const kSgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9})";
 const char* const kAdam = R"({"type": "adam", "lr": 0.01})";
 
 // Under SGD with momentum and Adam, for each batch size, 1 device against
-// each N: the same parameters and losses of 20 steps.
-void check_many_as_one(const std::string& json, const std::vector<int64_t>& batches, const std::vector<int>& ns) {
+// each N: the same parameters (within `tol`, require_close) and losses of 20 steps.
+void check_many_as_one(const std::string& json, const std::vector<int64_t>& batches, const std::vector<int>& ns,
+                       double tol = 1e-5) {
   for (const char* opt : {kSgd, kAdam}) {
     for (int64_t batch : batches) {
       Run one = train(json.c_str(), "cpu:0", opt, batch, 20);
       for (int n : ns) {
+        const std::string optimizer = opt;
         CAPTURE(json);
-        CAPTURE(opt);
+        CAPTURE(optimizer);
         CAPTURE(batch);
         CAPTURE(n);
         Run many = train(json.c_str(), cpu_devices(n), opt, batch, 20);
         int64_t chunk = (batch + n - 1) / n;
         CHECK(many.split.size() == static_cast<size_t>((batch + chunk - 1) / chunk));
-        require_close(one.params, many.params);
+        require_close(one.params, many.params, tol);
         for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
       }
     }
@@ -178,6 +180,22 @@ TEST_CASE("N devices train exactly as one: nll, l1, smooth_l1, huber, bce, bce_w
                            R"({"type": "bce", "weight": [1, 0.5, 2]})",
                            R"({"type": "bce_with_logits", "weight": [1, 0.5, 2], "pos_weight": [3, 1, 0.25]})"})
     check_many_as_one(with_loss(kBranchModel, "mse", loss), {30, 7}, {3, 8});
+}
+
+// layer_norm over a sample's last dim and over all three: each row is its
+// own, so only the parameters' gradients cross devices. Within 3e-5: Adam
+// moves a parameter by about lr whatever its gradient's size, and the first
+// norm's biases, whose gradients over 7 rows nearly cancel, carry the
+// rounding of another order of sums to 1.7e-7 in 20 steps (1.7e-5 of
+// require_close's 1e-2 floor; SGD's and batch 30's stay within 1e-5).
+TEST_CASE("N devices train exactly as one: layer_norm") {
+  std::string json = kConvModel;
+  const std::string relu = R"({"type": "relu", "name": "r1"})";
+  json.replace(json.find(relu), relu.size(), R"({"type": "layer_norm", "normalized_shape": [4, 8, 8], "name": "n1"}, )" + relu);
+  const std::string last = R"({"type": "linear", "out_features": 5})";
+  json.replace(json.find(last), last.size(),
+               R"({"type": "linear", "out_features": 6}, {"type": "layer_norm", "normalized_shape": 6, "eps": 1e-3}, )" + last);
+  check_many_as_one(json, {30, 7}, {3, 8}, 3e-5);
 }
 
 TEST_CASE("N devices train exactly as one: branches, concat, grouped conv, MSE, balanced split") {

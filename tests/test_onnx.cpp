@@ -290,6 +290,17 @@ TEST_CASE("opsets 13 to 17 pass the checker; others are refused") {
     CHECK(mp.opset_import(0).version() == opset);
     CHECK_NOTHROW(onnx::checker::check_model(mp));
   }
+  // layer_norm: LayerNormalization from opset 17, written out before it.
+  auto norms = build(named("norms").json);
+  for (int opset = dp::io::kOnnxOpsetMin; opset <= dp::io::kOnnxOpsetMax; ++opset) {
+    CAPTURE(opset);
+    onnx::ModelProto mp = parse(dp::io::onnx_model_bytes(*norms, opset));
+    CHECK_NOTHROW(onnx::checker::check_model(mp));
+    std::set<std::string> ops;
+    for (const auto& n : mp.graph().node()) ops.insert(n.op_type());
+    CHECK(ops.count("LayerNormalization") == (opset >= 17 ? 1u : 0u));
+    CHECK(ops.count("ReduceMean") == (opset >= 17 ? 0u : 1u));
+  }
   for (int opset : {12, 18, 0, -1}) {
     CAPTURE(opset);
     auto [status, msg] = error_of([&] { dp::io::onnx_model_bytes(*m, opset); });

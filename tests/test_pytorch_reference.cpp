@@ -131,3 +131,9 @@ TEST_CASE("PyTorch reference: huber (both pieces), plain SGD; on 1 and 4 devices
   check_case("mlp_huber_sgd", "cpu:0");
   check_case("mlp_huber_sgd", "cpu:0,cpu:1,cpu:2,cpu:3");
 }
+
+TEST_CASE("PyTorch reference: layer_norm over two trailing dims, Adam; on 1 and 3 devices") {
+  check_output("mlp_layer_norm_adam");
+  check_case("mlp_layer_norm_adam", "cpu:0");
+  check_case("mlp_layer_norm_adam", "cpu:0,cpu:1,cpu:2");
+}

@@ -27,6 +27,7 @@
 #include "io/whole_file.h"
 #include "layers/activations.h"
 #include "layers/batch_norm.h"
+#include "layers/layer_norm.h"
 #include "layers/concat.h"
 #include "layers/conv2d.h"
 #include "layers/dropout.h"
@@ -49,7 +50,7 @@ namespace {
 // The types with a mapping, for the error message (the registry's order).
 const char* const kMapped =
     "add, avg_pool2d, batch_norm, batch_norm1d, batch_norm2d, concat, conv2d, dropout, flatten, gelu, "
-    "global_avg_pool, leaky_relu, linear, log_softmax, max_pool2d, relu, sigmoid, softmax, tanh";
+    "global_avg_pool, layer_norm, leaky_relu, linear, log_softmax, max_pool2d, relu, sigmoid, softmax, tanh";
 
 std::string describe(const Layer& l) { return l.path + " (" + l.type + " '" + l.name + "')"; }
 
@@ -177,6 +178,7 @@ struct Ctx {
   std::vector<Shape> in_shape;  // per sample
   std::string out;              // the value to write (fresh already)
   std::map<std::string, std::string> w;  // suffix ("weight") -> initializer
+  int opset = kOnnxOpsetDefault;         // the file's
 };
 
 void emit_linear(Ctx& c) {
@@ -213,6 +215,21 @@ void emit_conv2d(Ctx& c) {
   set_int(n, "group", a.groups_);
 }
 
+// The layer's input less its mean over `axes`, and sqrt(its biased variance
+// over them + eps): a normalization written out in ONNX ops.
+std::pair<std::string, std::string> centered_and_std(Ctx& c, const std::vector<int64_t>& axes, double eps) {
+  const std::string& x = c.in[0];
+  const std::string& n = c.l.name;
+  onnx::NodeProto* mean = c.g.node("ReduceMean", n + "/mean", {x}, {c.g.fresh(n + "/mean")});
+  set_ints(mean, "axes", axes);
+  std::string d = c.g.op("Sub", n + "/centered", {x, mean->output(0)});
+  std::string sq = c.g.op("Mul", n + "/squared", {d, d});
+  onnx::NodeProto* var = c.g.node("ReduceMean", n + "/var", {sq}, {c.g.fresh(n + "/var")});
+  set_ints(var, "axes", axes);
+  std::string ve = c.g.op("Add", n + "/var_eps", {var->output(0), c.g.scalar(static_cast<float>(eps))});
+  return {d, c.g.op("Sqrt", n + "/std", {ve})};
+}
+
 void emit_batch_norm(Ctx& c) {
   const auto& a = attrs<BatchNormAttrs>(c.l);
   const int rank = c.in_shape[0].ndim + 1;  // with the batch
@@ -237,16 +254,8 @@ void emit_batch_norm(Ctx& c) {
   // BatchNormalization's training mode is not for inference runtimes.
   std::vector<int64_t> axes{0};
   for (int i = 2; i < rank; ++i) axes.push_back(i);
-  const std::string& x = c.in[0];
   const std::string& n = c.l.name;
-  onnx::NodeProto* mean = c.g.node("ReduceMean", n + "/mean", {x}, {c.g.fresh(n + "/mean")});
-  set_ints(mean, "axes", axes);
-  std::string d = c.g.op("Sub", n + "/centered", {x, mean->output(0)});
-  std::string sq = c.g.op("Mul", n + "/squared", {d, d});
-  onnx::NodeProto* var = c.g.node("ReduceMean", n + "/var", {sq}, {c.g.fresh(n + "/var")});
-  set_ints(var, "axes", axes);
-  std::string ve = c.g.op("Add", n + "/var_eps", {var->output(0), c.g.scalar(static_cast<float>(a.eps_))});
-  std::string sd = c.g.op("Sqrt", n + "/std", {ve});
+  const auto [d, sd] = centered_and_std(c, axes, a.eps_);
   if (!a.affine_) {
     c.g.node("Div", n, {d, sd}, {c.out});
     return;
@@ -260,6 +269,44 @@ void emit_batch_norm(Ctx& c) {
     bias = c.g.op("Reshape", n + "/bias", {bias, sh});
   }
   std::string xhat = c.g.op("Div", n + "/normalized", {d, sd});
+  std::string sc = c.g.op("Mul", n + "/scaled", {xhat, scale});
+  c.g.node("Add", n, {sc, bias}, {c.out});
+}
+
+// LayerNormalization from opset 17; before it written out (as PyTorch's
+// exporter does): the mean and biased variance over the trailing axes.
+void emit_layer_norm(Ctx& c) {
+  const auto& a = attrs<LayerNormAttrs>(c.l);
+  const int rank = c.in_shape[0].ndim + 1;  // with the batch
+  const int axis = rank - a.shape_.ndim;
+  const std::string& x = c.in[0];
+  const std::string& n = c.l.name;
+  std::string scale = a.affine_ ? c.w.at("weight") : "";
+  const std::string bias = a.affine_ && a.bias_ ? c.w.at("bias") : "";
+  if (c.opset >= 17) {
+    if (scale.empty()) {
+      std::vector<float> ones(static_cast<size_t>(a.D_), 1.f);
+      scale = c.g.floats(n + "/ones", std::vector<int64_t>(a.shape_.d, a.shape_.d + a.shape_.ndim), ones.data());
+    }
+    std::vector<std::string> ins{x, scale};
+    if (!bias.empty()) ins.push_back(bias);
+    onnx::NodeProto* node = c.g.node("LayerNormalization", n, ins, {c.out});
+    set_int(node, "axis", axis);
+    set_float(node, "epsilon", static_cast<float>(a.eps_));
+    return;
+  }
+  std::vector<int64_t> axes;
+  for (int i = axis; i < rank; ++i) axes.push_back(i);
+  const auto [d, sd] = centered_and_std(c, axes, a.eps_);
+  if (scale.empty()) {
+    c.g.node("Div", n, {d, sd}, {c.out});
+    return;
+  }
+  std::string xhat = c.g.op("Div", n + "/normalized", {d, sd});
+  if (bias.empty()) {
+    c.g.node("Mul", n, {xhat, scale}, {c.out});
+    return;
+  }
   std::string sc = c.g.op("Mul", n + "/scaled", {xhat, scale});
   c.g.node("Add", n, {sc, bias}, {c.out});
 }
@@ -346,6 +393,7 @@ void emit(Ctx& c) {
   if (t == "linear") return emit_linear(c);
   if (t == "conv2d") return emit_conv2d(c);
   if (t == "batch_norm" || t == "batch_norm1d" || t == "batch_norm2d") return emit_batch_norm(c);
+  if (t == "layer_norm") return emit_layer_norm(c);
   if (t == "max_pool2d") return emit_max_pool2d(c);
   if (t == "avg_pool2d") return emit_avg_pool2d(c);
   if (t == "gelu") return emit_gelu(c);
@@ -500,7 +548,7 @@ std::string onnx_model_bytes(const Model& model, int opset) {
   const size_t last = model.nodes.size() - 1;
   for (size_t i = 0; i < model.nodes.size(); ++i) {
     const Node& node = model.nodes[i];
-    Ctx c{g, *node.layer, {}, {}, {}, weights[i]};
+    Ctx c{g, *node.layer, {}, {}, {}, weights[i], opset};
     for (int j : node.inputs) {
       c.in.push_back(j < 0 ? std::string("input") : value[static_cast<size_t>(j)]);
       c.in_shape.push_back(j < 0 ? model.input_shape : model.nodes[static_cast<size_t>(j)].out_shape);

@@ -21,6 +21,7 @@ std::unique_ptr<Layer> make_batch_norm1d(Args& a);
 std::unique_ptr<Layer> make_batch_norm2d(Args& a);
 std::unique_ptr<Layer> make_softmax(Args& a);
 std::unique_ptr<Layer> make_log_softmax(Args& a);
+std::unique_ptr<Layer> make_layer_norm(Args& a);
 std::unique_ptr<Layer> make_add(Args& a);
 std::unique_ptr<Layer> make_concat(Args& a);
 

@@ -27,6 +27,7 @@ const LayerEntry kLayers[] = {
     {"flatten", make_flatten},
     {"gelu", make_gelu},
     {"global_avg_pool", make_global_avg_pool},
+    {"layer_norm", make_layer_norm},
     {"leaky_relu", make_leaky_relu},
     {"linear", make_linear},
     {"log_softmax", make_log_softmax},

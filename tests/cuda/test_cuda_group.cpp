@@ -696,21 +696,28 @@ TEST_CASE("cross entropy's class weights and ignore_index: refused on a GPU grou
   dp_context_destroy(ctx);
 }
 
-TEST_CASE("losses without CUDA code (nll, l1, smooth_l1, huber, bce, bce_with_logits): refused on a GPU group at creation") {
-  progress("errors: CPU-only losses on CUDA");
+// A model with a loss or layer that has no CUDA code yet: refused when the
+// GPU group is created, naming it; the model still trains on a CPU.
+TEST_CASE("losses (nll, l1, smooth_l1, huber, bce, bce_with_logits) and layers (layer_norm) without CUDA code: refused on a GPU group at creation") {
+  progress("errors: CPU-only losses and layers on CUDA");
   dp_context* ctx = nullptr;
   DP_REQUIRE_OK(dp_context_create(&ctx));
-  for (const std::string type : {"nll", "l1", "smooth_l1", "huber", "bce", "bce_with_logits"}) {
-    CAPTURE(type);
-    const std::string json = R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}, {"type": "sigmoid"}],
-      "loss": {"type": ")" + type + "\"}}";
+  std::vector<std::pair<std::string, std::string>> cases;  // model, the error's words
+  for (const std::string type : {"nll", "l1", "smooth_l1", "huber", "bce", "bce_with_logits"})
+    cases.push_back({R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}, {"type": "sigmoid"}],
+      "loss": {"type": ")" + type + "\"}}",
+                     "/loss (type '" + type + "'): this loss runs on CPU devices only so far"});
+  cases.push_back({R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "name": "fc"},
+    {"type": "layer_norm", "normalized_shape": 3, "name": "norm"}], "loss": {"type": "mse"}})",
+                   "/layers/1 ('norm', type 'layer_norm'): this layer type runs on CPU devices only so far"});
+  for (const auto& [json, words] : cases) {
+    CAPTURE(json);
     dp_model* m = nullptr;
     DP_REQUIRE_OK(dp_model_from_json(ctx, json.c_str(), &m));
     dp_group* g = reinterpret_cast<dp_group*>(0x1);
     dp_status st = dp_group_create(m, "cuda:0", &g);
     CHECK_MESSAGE(st == DP_ERR_DEVICE, last(st));
-    CHECK(std::string(dp_last_error()).find("/loss (type '" + type + "'): this loss runs on CPU devices only so far") !=
-          std::string::npos);
+    CHECK(std::string(dp_last_error()).find(words) != std::string::npos);
     CHECK(g == reinterpret_cast<dp_group*>(0x1));
     DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));  // the model is still usable
     dp_group_destroy(g);

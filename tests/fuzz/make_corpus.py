@@ -59,7 +59,8 @@ def model_json():
     for f in sorted(os.listdir(os.path.join(ROOT, "examples"))):
         if f.endswith(".json"):
             put("model_json", "example_" + f, read("examples", f))
-    for f in ["cnn_bn_sgd", "dag_adamw", "mlp_mse_adam", "mlp_nll_sgd", "mlp_bce_logits_adamw", "mlp_huber_sgd"]:
+    for f in ["cnn_bn_sgd", "dag_adamw", "mlp_mse_adam", "mlp_nll_sgd", "mlp_bce_logits_adamw", "mlp_huber_sgd",
+              "mlp_layer_norm_adam"]:
         put("model_json", "reference_" + f + ".json", compact(json.loads(read("tests", "reference", f + ".json"))["model"]))
     put("model_json", "io_pytorch_linear.json", compact(json.loads(read("tests", "io", "pytorch_linear.json"))["model"]))
     put("model_json", "plugins.json", compact({
@@ -89,6 +90,7 @@ def model_json():
             {"type": "batch_norm1d"},
             {"type": "softmax", "dim": -1},
             {"type": "log_softmax", "dim": 1},
+            {"type": "layer_norm", "normalized_shape": [8], "eps": 1e-5, "elementwise_affine": True, "bias": True},
             {"type": "linear", "out_features": 5, "in_features": 8, "bias": True},
             {"type": "relu"},
             {"type": "flatten", "start_dim": 1, "end_dim": -1}],
@@ -115,6 +117,7 @@ def train_step():
                               {"type": "bce"}, {"type": "bce_with_logits", "pos_weight": [2, 1, 0.5]}]):
         layers = [{"type": "linear", "out_features": 5}, {"type": "swish"},
                   {"type": "rms_norm", "normalized_shape": 5, "eps": 1e-6, "elementwise_affine": True},
+                  {"type": "layer_norm", "normalized_shape": 5, "bias": i % 2 == 0},
                   {"type": "softmax", "dim": -1}, {"type": "linear", "out_features": 3}, {"type": "sigmoid"}]
         put("train_step", "mlp_" + loss["type"], bytes([i % 8, 4 + i]) + small(layers, loss, shape=(7,)).encode())
 

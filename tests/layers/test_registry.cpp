@@ -7,7 +7,7 @@ TEST_CASE("registry lists every built-in, sorted") {
   Registry r;
   CHECK(r.layer_names() ==
         "add, avg_pool2d, batch_norm, batch_norm1d, batch_norm2d, concat, conv2d, dropout, flatten, gelu, "
-        "global_avg_pool, leaky_relu, linear, log_softmax, max_pool2d, relu, sigmoid, softmax, tanh");
+        "global_avg_pool, layer_norm, leaky_relu, linear, log_softmax, max_pool2d, relu, sigmoid, softmax, tanh");
   CHECK(r.loss_names() == "bce, bce_with_logits, cross_entropy, huber, l1, mse, nll, smooth_l1");
   CHECK((r.layer("conv2d") != nullptr));
   CHECK((r.layer("conv3d") == nullptr));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/reference/losses.json, which tests/layers/test_losses.cpp reads:
 PyTorch's value and input gradient of each loss dp has (reduction="mean"), and
-of log_softmax, on float32 inputs, computed in float64 (so the reference is
+of the layers log_softmax and layer_norm (with layer_norm's parameter gradients), on float32 inputs, computed in float64 (so the reference is
 the formula's exact value, not float32 rounding). Run by hand (PyTorch is not
 a build dependency):
 
@@ -96,6 +96,32 @@ for shape, dim in (([4, 6], -1), ([3, 4, 5], 1), ([2, 3, 4, 2], 2)):
     layers.append({"shape": shape, "dim": dim, "input": xs.reshape(-1).tolist(), "gout": gs.reshape(-1).tolist(),
                    "output": yd.detach().reshape(-1).tolist(), "grad": xd.grad.reshape(-1).tolist()})
 
+# layer_norm: output, input gradient and parameter gradients for an upstream gradient gout; one case's
+# rows sit far from 0 (a mean of 1000 against a spread of 1: the variance is taken about the mean).
+norms = []
+for shape, ns, args in (([4, 6], [6], {}), ([3, 2, 5], [2, 5], {"eps": 1e-3}),
+                        ([2, 3, 4, 2], [4, 2], {"elementwise_affine": False}), ([5, 7], [7], {"bias": False}),
+                        ([3, 8], [8], {"offset": 1000.0})):
+    args = dict(args)
+    offset = args.pop("offset", 0.0)
+    xs = f32(*shape) + offset
+    gs = f32(*shape, lo=-1, hi=1)
+    m = nn.LayerNorm(ns, eps=args.get("eps", 1e-5), elementwise_affine=args.get("elementwise_affine", True),
+                     bias=args.get("bias", True)).double()
+    params = {}
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            v = f32(*p.shape, lo=-2, hi=2)
+            p.copy_(v.double())
+            params[name] = v.reshape(-1).tolist()
+    xd = xs.double().requires_grad_(True)
+    yd = m(xd)
+    yd.backward(gs.double())
+    norms.append({"shape": shape, "layer": {"type": "layer_norm", "normalized_shape": ns, **args},
+                  "input": xs.reshape(-1).tolist(), "gout": gs.reshape(-1).tolist(), "params": params,
+                  "output": yd.detach().reshape(-1).tolist(), "grad": xd.grad.reshape(-1).tolist(),
+                  "param_grads": {name: p.grad.reshape(-1).tolist() for name, p in m.named_parameters()}})
+
 with open(os.path.join(HERE, "losses.json"), "w") as f:
-    json.dump({"torch": torch.__version__, "losses": cases, "log_softmax": layers}, f)
-print(len(cases), "losses,", len(layers), "log_softmax cases, torch", torch.__version__)
+    json.dump({"torch": torch.__version__, "losses": cases, "log_softmax": layers, "layer_norm": norms}, f)
+print(len(cases), "losses,", len(layers), "log_softmax cases,", len(norms), "layer_norm cases, torch", torch.__version__)

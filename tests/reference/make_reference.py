@@ -167,6 +167,24 @@ CASES = [
         optimizer={"type": "sgd", "lr": 0.3},
         torch_opt=lambda p: torch.optim.SGD(p, lr=0.3),
     ),
+    dict(
+        name="mlp_layer_norm_adam",
+        dp_model={
+            "seed": 0, "input": {"shape": [2, 6]},
+            "layers": [
+                {"type": "linear", "out_features": 8},
+                {"type": "layer_norm", "normalized_shape": [2, 8], "eps": 1e-4}, {"type": "tanh"},
+                {"type": "flatten"}, {"type": "linear", "out_features": 3},
+            ],
+            "loss": {"type": "cross_entropy"},
+        },
+        torch_model=lambda: nn.Sequential(nn.Linear(6, 8), nn.LayerNorm([2, 8], eps=1e-4), nn.Tanh(), nn.Flatten(),
+                                          nn.Linear(16, 3)),
+        input_shape=[9, 2, 6], classes=3,
+        loss=F.cross_entropy,
+        optimizer={"type": "adam", "lr": 0.05},
+        torch_opt=lambda p: torch.optim.Adam(p, lr=0.05),
+    ),
 ]
 
 STEPS = 4

@@ -35,6 +35,9 @@ class CudaLoss {
 // Null when the type has no CUDA implementation (a plugin's layer type without
 // CUDA code; one with it runs its own, Layer::runs_on_cuda).
 std::unique_ptr<CudaOp> make_cuda_op(const Layer& layer);
+// Whether `type` is a built-in layer whose CUDA code is not written yet (the
+// group then refuses the model on a GPU, saying so).
+bool cpu_only_builtin(const std::string& type);
 std::unique_ptr<CudaLoss> make_cuda_loss(const Loss& loss);
 
 // *count (one device int64) = rows of out [N, C] whose first arg-max equals

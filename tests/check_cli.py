@@ -227,6 +227,25 @@ with tempfile.TemporaryDirectory() as tmp:
                     zip(struct.unpack(f'<{len(big[k]) // 4}f', big[k]), struct.unpack(f'<{len(acc[k]) // 4}f', acc[k])))
                 for k in big if not k.startswith('optimizer.'))
     expect(worst < 1e-4, f'--accumulate 4 x 16 rows = batches of 64 (worst relative difference {worst:.2e})')
+    # With reduction "sum" the batches' sums add up unscaled (lr smaller: gradients 64 times a mean's).
+    with open('plain_sum.json', 'w') as f:
+        json.dump({"seed": 3, "input": {"shape": [8]}, "layers": [{"type": "linear", "out_features": 16}, {"type": "tanh"},
+                   {"type": "linear", "out_features": 4}], "loss": {"type": "cross_entropy", "reduction": "sum"}}, f)
+    plain_sum = [a if a != '{"type": "sgd", "lr": 0.2, "momentum": 0.9}' else '{"type": "sgd", "lr": 0.003, "momentum": 0.9}'
+                 for a in plain]
+    r1 = run('train', 'plain_sum.json', *plain_sum, '--batch-size', '64', '--save', 'big_sum.ckpt')
+    r2 = run('train', 'plain_sum.json', *plain_sum, '--batch-size', '16', '--accumulate', '4', '--save', 'acc_sum.ckpt')
+    expect(r1.returncode == 0 and r2.returncode == 0, '--accumulate trains a summed loss', r1.stderr + r2.stderr)
+    big_s, acc_s = safetensors_tensors('big_sum.ckpt'), safetensors_tensors('acc_sum.ckpt')
+    worst = max(max(abs(a - b) / max(1e-2, abs(a), abs(b)) for a, b in
+                    zip(struct.unpack(f'<{len(big_s[k]) // 4}f', big_s[k]), struct.unpack(f'<{len(acc_s[k]) // 4}f', acc_s[k])))
+                for k in big_s if not k.startswith('optimizer.'))
+    moved = max(max(abs(a - b) for a, b in zip(struct.unpack(f'<{len(big_s[k]) // 4}f', big_s[k]),
+                                               struct.unpack(f'<{len(big[k]) // 4}f', big[k])))
+                for k in big_s if not k.startswith('optimizer.'))
+    expect(worst < 1e-4 and moved > 1e-3,
+           f'--accumulate 4 x 16 rows of a summed loss = batches of 64 (worst relative difference {worst:.2e}; '
+           f'{moved:.2e} from the mean\'s run)')
 
     # --clip-grad-norm changes the run; --eval-every with --save-best keeps the best evaluation.
     r3 = run('train', 'plain.json', *plain, '--batch-size', '64', '--clip-grad-norm', '0.05', '--save', 'clip.ckpt',

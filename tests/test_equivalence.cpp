@@ -182,6 +182,18 @@ TEST_CASE("N devices train exactly as one: nll, l1, smooth_l1, huber, bce, bce_w
     check_many_as_one(with_loss(kBranchModel, "mse", loss), {30, 7}, {3, 8});
 }
 
+// reduction "sum": every replica's share is its rows' sum, nothing divides.
+// Within 3e-5 (measured up to 2.0e-5): SGD's steps are then the batch's
+// rows times a mean's (lr 0.05 moves as lr 1.5 would on batches of 30), and
+// the rounding of another order of sums grows with them (Adam's, which
+// does not scale with the gradient, stay within 1e-5).
+TEST_CASE("N devices train exactly as one: reduction sum (cross entropy with weights and ignored rows, mse)") {
+  check_many_as_one(with_loss(kConvModel, "cross_entropy",
+                              R"({"type": "cross_entropy", "weight": [0.5, 2, 1, 0.25, 3], "ignore_index": -100, "reduction": "sum"})"),
+                    {30, 7}, {3, 8}, 3e-5);
+  check_many_as_one(with_loss(kBranchModel, "mse", R"({"type": "mse", "reduction": "sum"})"), {30, 7}, {3, 8}, 3e-5);
+}
+
 // layer_norm over a sample's last dim and over all three: each row is its
 // own, so only the parameters' gradients cross devices. Within 3e-5: Adam
 // moves a parameter by about lr whatever its gradient's size, and the first

@@ -147,6 +147,16 @@ static Model load_model(dp_context* ctx, const std::string& path) {
   return Model(m);
 }
 
+// Whether the model file's loss sums over its batch (reduction "sum"; the
+// model built from it already, so the file reads).
+static bool loss_sums(const std::string& path) {
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (!j.is_object() || !j.contains("loss") || !j["loss"].is_object()) return false;
+  const auto r = j["loss"].find("reduction");
+  return r != j["loss"].end() && *r == "sum";
+}
+
 static Group make_group(dp_model* m, const std::string& devices, int64_t threads, dp_process_group* pg = nullptr) {
   dp_group* g = nullptr;
   const std::string what = "the group on --devices " + devices;
@@ -520,8 +530,10 @@ static int train(const TrainOptions& o) {
   // --accumulate K: each optimizer step takes K batches (the epoch's last
   // step what is left), each batch's loss scaled by its share of the step's
   // rows, so that the step is one of a batch of those rows (within
-  // rounding). The global rows of batch i follow from the set's size.
+  // rounding); a loss of reduction "sum" adds the batches' sums unscaled,
+  // for the same reason. The global rows of batch i follow from the set's size.
   const int64_t K = o.accumulate, steps_per_epoch = (batches + K - 1) / K;
+  const bool sums = loss_sums(o.model);
   auto batch_rows = [&](int64_t i) { return std::min(o.batch_size, samples_in_set - i * o.batch_size); };
   auto step_rows = [&](int64_t i) {  // the rows of the step that batch i belongs to
     int64_t rows = 0;
@@ -673,7 +685,7 @@ static int train(const TrainOptions& o) {
         check(dp_optimizer_lr(opt.get(), &step_lr), "optimizer");
         step_loss = loss;
       } else {
-        const double share = double(batch_rows(i)) / double(step_rows(i));
+        const double share = sums ? 1.0 : double(batch_rows(i)) / double(step_rows(i));
         double scale = 1;  // the grad scaler's: its loss gradients are scaled by the caller (scaler.scale(loss))
         check(dp_optimizer_grad_scaler_state(opt.get(), &scale, nullptr, nullptr), "--grad-scaler");
         check(dp_group_forward_backward(group.get(), x.get(), y.get(), share * scale, &loss), "train step");

@@ -124,6 +124,11 @@ class Loss {
  public:
   virtual ~Loss() = default;
   std::string type;
+  // reduction "sum" (PyTorch's reduction="sum"): the batch's loss is the sum
+  // over its rows, not their mean; false: "mean".
+  bool sum_ = false;
+  // What the batch's loss divides by: the mean's `denominator`, or 1 for a sum.
+  double divisor(double denominator) const { return sum_ ? 1.0 : denominator; }
   // Checks the model's per-sample output shape; returns the target's per-sample
   // shape and dtype that the loss needs.
   virtual Shape target_shape(const Shape& out_sample, dp_dtype* dtype) const = 0;

@@ -4,8 +4,9 @@
 //   y = (x - m) * r * weight + bias,        r = 1 / sqrt(v + eps)
 //   dx = r * (d - mean(d) - xhat * mean(d * xhat)),  xhat = (x - m) r, d = g * weight
 //   dweight += sum over rows of g * xhat,   dbias += sum over rows of g
-// Row statistics in double; the forward keeps m and r per row (scratch 0)
-// for the backward. The parameter gradients sum rows in order, whatever the
+// Row statistics in double; the forward keeps m and r per row, in double
+// (scratch 0), for the backward: rounded to float, a row far from 0 (mean
+// 1e4, spread 1) would lose its gradients' digits to the mean's rounding. The parameter gradients sum rows in order, whatever the
 // workers (each worker takes a block of columns over every row): a device's
 // sum is the same on every run.
 #include <algorithm>
@@ -45,10 +46,10 @@ class LayerNorm final : public Layer, public LayerNormAttrs {
     io.out->resize(DP_F32, x.shape());
     const int64_t rows = x.numel() / D_;
     Tensor& st = io.tmp(0);
-    st.resize(DP_F32, Shape{rows, 2});
+    st.resize(DP_I64, Shape{rows, 2});  // 8-byte elements, written and read as doubles only
     const float* xs = x.f32();
     float* ys = io.out->f32();
-    float* mr = st.f32();
+    double* mr = static_cast<double*>(st.data());
     const float* w = affine_ ? io.params : nullptr;
     const float* b = affine_ && bias_ ? io.params + D_ : nullptr;
     parallel_for(ctx.pool, rows, 1 + kElemGrain / D_, [&](int64_t rb, int64_t re) {
@@ -61,8 +62,8 @@ class LayerNorm final : public Layer, public LayerNormAttrs {
         double v = 0;
         for (int64_t k = 0; k < D_; ++k) v += (xp[k] - m) * (xp[k] - m);
         const double r = 1 / std::sqrt(v / static_cast<double>(D_) + eps_);
-        mr[2 * i] = static_cast<float>(m);
-        mr[2 * i + 1] = static_cast<float>(r);
+        mr[2 * i] = m;
+        mr[2 * i + 1] = r;
         for (int64_t k = 0; k < D_; ++k) {
           float y = static_cast<float>((xp[k] - m) * r);
           if (w) y = y * w[k] + (b ? b[k] : 0.f);
@@ -77,7 +78,7 @@ class LayerNorm final : public Layer, public LayerNormAttrs {
     const int64_t rows = x.numel() / D_;
     const float* xs = x.f32();
     const float* gs = io.gout->f32();
-    const float* mr = io.tmp(0).f32();
+    const double* mr = static_cast<const double*>(io.tmp(0).data());
     const float* w = affine_ ? io.params : nullptr;
     if (io.gin[0]) {
       io.gin[0]->resize(DP_F32, x.shape());

@@ -35,7 +35,7 @@ class Bce final : public PointwiseLoss, public BceAttrs {
     const double* w = weight_.empty() ? nullptr : weight_.data();
     if (logits_) {
       const double* p = pos_weight_.empty() ? nullptr : pos_weight_.data();
-      return pointwise_loss("bce_with_logits", ctx, out, target, gout, [w, p](float xf, float tf, int64_t c, double* g) {
+      return pointwise_loss(*this, "bce_with_logits", ctx, out, target, gout, [w, p](float xf, float tf, int64_t c, double* g) {
         const double x = xf, t = tf, pw = p ? p[c] : 1, wc = w ? w[c] : 1;
         const double sig = x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x));
         *g = wc * ((pw * t + 1 - t) * sig - pw * t);
@@ -44,7 +44,7 @@ class Bce final : public PointwiseLoss, public BceAttrs {
     }
     check_same_shape_target("bce", out, target);
     check_probabilities(ctx, out);
-    return pointwise_loss("bce", ctx, out, target, gout, [w](float xf, float tf, int64_t c, double* g) {
+    return pointwise_loss(*this, "bce", ctx, out, target, gout, [w](float xf, float tf, int64_t c, double* g) {
       const double x = xf, t = tf, wc = w ? w[c] : 1;
       *g = wc * (x - t) / std::max(x * (1 - x), 1e-12);
       return wc * -(t * std::max(std::log(x), -100.0) + (1 - t) * std::max(std::log(1 - x), -100.0));
@@ -89,7 +89,7 @@ std::unique_ptr<Bce> make(Args& a, bool logits) {
   const double big = std::numeric_limits<double>::max();
   l->weight_ = a.numbers("weight", {}, 0, 0.0, big);  // one per element of the last dim: target_shape checks
   if (logits) l->pos_weight_ = a.numbers("pos_weight", {}, 0, 0.0, big);
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 }  // namespace

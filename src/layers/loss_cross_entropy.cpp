@@ -1,8 +1,9 @@
-// CrossEntropyLoss (mean reduction; label smoothing, class weights and
+// CrossEntropyLoss (mean or sum reduction; label smoothing, class weights and
 // ignore_index as PyTorch's) over logits [N, C] and int64 class targets [N].
 // Each replica returns its rows' share of the batch mean: sum_rows loss_row /
 // total, where total is the batch's rows, or with weights the sum of w[t]
-// over its rows (ignored rows in neither: RunCtx::loss_total); the gradient
+// over its rows (ignored rows in neither: RunCtx::loss_total), or 1 for
+// reduction "sum"; the gradient
 // is of loss_scale times that (1 exactly, but when accumulating).
 //   loss_row = (1 - ls) * -logp[t] + ls / C * sum_c -logp[c]
 //   d loss_row / d x = softmax(x) - ((1 - ls) * onehot(t) + ls / C)
@@ -35,7 +36,7 @@ class CrossEntropy final : public Loss, public CrossEntropyAttrs {
       g = gout->f32();
     }
     const double total =
-        ctx.loss_total >= 0 ? ctx.loss_total : static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n);
+        divisor(ctx.loss_total >= 0 ? ctx.loss_total : static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n));
     const double ls = smoothing_;
     const double* w = weight_.empty() ? nullptr : weight_.data();
     double wsum = 0;  // sum of the class weights (the smoothing term's)
@@ -102,7 +103,7 @@ std::unique_ptr<Loss> make_cross_entropy(Args& a) {
   auto l = std::make_unique<CrossEntropy>();
   l->smoothing_ = a.number("label_smoothing", 0.0, 0.0, 1.0);  // [0, 1] as PyTorch (at 1: the uniform target)
   read_class_weights(a, l.get());
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 

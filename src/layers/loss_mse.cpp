@@ -1,5 +1,5 @@
 // MSELoss (mean over every element of the whole batch): each replica returns
-// sum_its_elements (x - t)^2 / (batch_total * inner).
+// sum_its_elements (x - t)^2 / (batch_total * inner); with reduction "sum", the sum.
 #include "layers/builtin.h"
 #include "layers/loss_mse.h"
 #include "layers/util.h"
@@ -16,7 +16,7 @@ class Mse final : public Loss, public MseAttrs {
 
   double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const override {
     const int64_t n = out.shape()[0], inner = out.shape().inner(), numel = n * inner;
-    const double denom = static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n) * static_cast<double>(inner);
+    const double denom = divisor(static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n) * static_cast<double>(inner));
     if (target.dtype() != DP_F32 || target.numel() != numel)
       fail(DP_ERR_SHAPE, "mse expects float32 targets of shape " + out.shape().str() + ", got " +
                              dtype_name(target.dtype()) + " " + target.shape().str());
@@ -42,7 +42,7 @@ class Mse final : public Loss, public MseAttrs {
 
 std::unique_ptr<Loss> make_mse(Args& a) {
   auto l = std::make_unique<Mse>();
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 

@@ -1,9 +1,9 @@
-// NLLLoss (mean reduction; class weights and ignore_index as PyTorch's) over
+// NLLLoss (mean or sum reduction; class weights and ignore_index as PyTorch's) over
 // log-probabilities [N, C] (a model ending in log_softmax) and int64 class
 // targets [N]. As cross entropy, each replica returns its rows' share of the
 // batch mean: sum_rows -w[t] x[t] / total, total the batch's rows, or with
 // weights the sum of w[t] over its rows (ignored rows in neither:
-// RunCtx::loss_total); the gradient is -w[t] / total at the target, 0
+// RunCtx::loss_total), or 1 for "sum"; the gradient is -w[t] / total at the target, 0
 // elsewhere, times loss_scale.
 #include <algorithm>
 
@@ -32,7 +32,7 @@ class Nll final : public Loss, public NllAttrs {
       std::fill(g, g + n * C, 0.f);
     }
     const double total =
-        ctx.loss_total >= 0 ? ctx.loss_total : static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n);
+        divisor(ctx.loss_total >= 0 ? ctx.loss_total : static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n));
     double loss = 0;
     for (int64_t r = 0; r < n; ++r) {
       if (t[r] == ignore_index_) continue;  // counts for nothing, as in PyTorch
@@ -54,7 +54,7 @@ class Nll final : public Loss, public NllAttrs {
 std::unique_ptr<Loss> make_nll(Args& a) {
   auto l = std::make_unique<Nll>();
   read_class_weights(a, l.get());
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 

@@ -1,8 +1,8 @@
 // The element-wise losses of float32 targets shaped as the model's output
 // (l1, smooth_l1, huber, bce, bce_with_logits; mse has its own file), averaged
 // as PyTorch's reduction="mean" over every element of the whole batch: each
-// replica returns the sum of its elements' losses / (batch_total * inner).
-// Their hyperparameters are here, apart from the loss classes, for a CUDA
+// replica returns the sum of its elements' losses / (batch_total * inner),
+// or with reduction "sum" the sum itself. Their hyperparameters are here, apart from the loss classes, for a CUDA
 // loss to read (dynamic_cast).
 #pragma once
 #include <string>
@@ -49,14 +49,16 @@ inline void check_same_shape_target(const char* name, const Tensor& out, const T
 
 // The loop every element-wise loss shares: f(x, t, c, &d) returns one
 // element's loss and sets d to its derivative in x; c is the element's index
-// along the output's last dim. Sums in double, in element order.
+// along the output's last dim. Sums in double, in element order; divided as
+// `loss`'s reduction says.
 template <class F>
-double pointwise_loss(const char* name, const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout,
-                      const F& f) {
+double pointwise_loss(const Loss& loss, const char* name, const RunCtx& ctx, const Tensor& out, const Tensor& target,
+                      Tensor* gout, const F& f) {
   const int64_t n = out.shape()[0], inner = out.shape().inner(), numel = n * inner;
   const int64_t last = out.shape().ndim > 1 ? out.shape()[out.shape().ndim - 1] : 1;
   check_same_shape_target(name, out, target);
-  const double denom = static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n) * static_cast<double>(inner);
+  const double denom =
+      loss.divisor(static_cast<double>(ctx.batch_total > 0 ? ctx.batch_total : n) * static_cast<double>(inner));
   const float* x = out.f32();
   const float* t = target.f32();
   float* g = nullptr;

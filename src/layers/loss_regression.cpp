@@ -20,7 +20,7 @@ double sign(double d) { return d > 0 ? 1 : d < 0 ? -1 : 0; }
 class L1 final : public PointwiseLoss, public L1Attrs {
  public:
   double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const override {
-    return pointwise_loss("l1", ctx, out, target, gout, [](float x, float t, int64_t, double* g) {
+    return pointwise_loss(*this, "l1", ctx, out, target, gout, [](float x, float t, int64_t, double* g) {
       const double d = static_cast<double>(x) - t;
       *g = sign(d);
       return std::fabs(d);
@@ -32,7 +32,7 @@ class SmoothL1 final : public PointwiseLoss, public SmoothL1Attrs {
  public:
   double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const override {
     const double beta = beta_;
-    return pointwise_loss("smooth_l1", ctx, out, target, gout, [beta](float x, float t, int64_t, double* g) {
+    return pointwise_loss(*this, "smooth_l1", ctx, out, target, gout, [beta](float x, float t, int64_t, double* g) {
       const double d = static_cast<double>(x) - t, a = std::fabs(d);
       if (beta == 0) {
         *g = sign(d);
@@ -52,7 +52,7 @@ class Huber final : public PointwiseLoss, public HuberAttrs {
  public:
   double forward_backward(const RunCtx& ctx, const Tensor& out, const Tensor& target, Tensor* gout) const override {
     const double delta = delta_;
-    return pointwise_loss("huber", ctx, out, target, gout, [delta](float x, float t, int64_t, double* g) {
+    return pointwise_loss(*this, "huber", ctx, out, target, gout, [delta](float x, float t, int64_t, double* g) {
       const double d = static_cast<double>(x) - t, a = std::fabs(d);
       if (a < delta) {
         *g = d;
@@ -68,14 +68,14 @@ class Huber final : public PointwiseLoss, public HuberAttrs {
 
 std::unique_ptr<Loss> make_l1(Args& a) {
   auto l = std::make_unique<L1>();
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 
 std::unique_ptr<Loss> make_smooth_l1(Args& a) {
   auto l = std::make_unique<SmoothL1>();
   l->beta_ = a.number("beta", 1.0, 0.0, std::numeric_limits<double>::max());  // >= 0, as PyTorch
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 
@@ -84,7 +84,7 @@ std::unique_ptr<Loss> make_huber(Args& a) {
   l->delta_ = a.number("delta", 1.0, 0.0, std::numeric_limits<double>::max());
   if (!(l->delta_ > 0))  // PyTorch: "huber_loss does not support non-positive values for delta"
     fail(DP_ERR_MODEL, a.path_of("delta") + ": expected a number > 0, got 0");
-  require_mean_reduction(a);
+  read_reduction(a, l.get());
   return l;
 }
 

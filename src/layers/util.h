@@ -75,11 +75,14 @@ inline std::string pair_str(int64_t a, int64_t b) { return "[" + std::to_string(
 // Resolves a torch-style dim over a batched tensor of rank `rank`.
 inline int resolve_dim(int64_t dim, int rank) { return static_cast<int>(dim < 0 ? dim + rank : dim); }
 
-// Losses accept "reduction" but support only "mean".
-inline void require_mean_reduction(Args& a) {
+// A loss's "reduction": "mean" (the default) or "sum", as PyTorch's
+// (Loss::sum_); "none" leaves no scalar to train on.
+inline void read_reduction(Args& a, Loss* loss) {
   std::string red = a.string("reduction", "mean");
-  if (red != "mean")
-    fail(DP_ERR_MODEL, a.path_of("reduction") + ": expected \"mean\" (the only one supported), got \"" + red + "\"");
+  if (red != "mean" && red != "sum")
+    fail(DP_ERR_MODEL, a.path_of("reduction") + ": expected \"mean\" or \"sum\"" +
+                           (red == "none" ? " (\"none\" leaves no scalar loss to train on)" : "") + ", got \"" + red + "\"");
+  loss->sum_ = red == "sum";
 }
 
 }  // namespace dp

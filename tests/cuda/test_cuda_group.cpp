@@ -689,6 +689,19 @@ TEST_CASE("cross entropy's class weights and ignore_index: refused on a GPU grou
   dp_status st = dp_group_create(m, "cuda:0", &g);
   CHECK_MESSAGE(st == DP_ERR_MODEL, last(st));
   CHECK(std::string(dp_last_error()).find("weight and ignore_index run on CPU devices only") != std::string::npos);
+  for (const char* loss : {"cross_entropy", "mse"}) {  // reduction "sum" too
+    CAPTURE(loss);
+    const std::string summed = std::string(R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}],
+      "loss": {"type": ")") + loss + R"(", "reduction": "sum"}})";
+    dp_model* s = nullptr;
+    DP_REQUIRE_OK(dp_model_from_json(ctx, summed.c_str(), &s));
+    dp_group* sg = reinterpret_cast<dp_group*>(0x1);
+    dp_status ss = dp_group_create(s, "cuda:0", &sg);
+    CHECK_MESSAGE(ss == DP_ERR_MODEL, last(ss));
+    CHECK(std::string(dp_last_error()).find("/loss/reduction: \"sum\" runs on CPU devices only so far") != std::string::npos);
+    CHECK(sg == reinterpret_cast<dp_group*>(0x1));
+    dp_model_destroy(s);
+  }
   CHECK(g == reinterpret_cast<dp_group*>(0x1));
   DP_REQUIRE_OK(dp_group_create(m, "cpu:0", &g));  // the model is still usable
   dp_group_destroy(g);
@@ -710,7 +723,9 @@ TEST_CASE("losses (nll, l1, smooth_l1, huber, bce, bce_with_logits) and layers (
   cases.push_back({R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "name": "fc"},
     {"type": "layer_norm", "normalized_shape": 3, "name": "norm"}], "loss": {"type": "mse"}})",
                    "/layers/1 ('norm', type 'layer_norm'): this layer type runs on CPU devices only so far"});
-  for (const auto& [json, words] : cases) {
+  for (const auto& c : cases) {
+    const std::string& json = c.first;
+    const std::string& words = c.second;
     CAPTURE(json);
     dp_model* m = nullptr;
     DP_REQUIRE_OK(dp_model_from_json(ctx, json.c_str(), &m));

@@ -76,15 +76,17 @@ TEST_CASE("layer_norm: parameters and defaults as torch.nn.LayerNorm") {
 }
 
 TEST_CASE("layer_norm: a pool (rows and columns split) gives the same results, no allocation per step") {
-  // 150 columns: three blocks of the parameter gradients' column sweep.
+  // 150 columns: three blocks of the parameter gradients' column sweep; 600
+  // rows, so that the rows' loops split too (parallel_for's grain: 219 rows
+  // of 150; 300 rows would run as one part).
   auto l = make_layer({{"type", "layer_norm"}, {"normalized_shape", 150}});
   Workers pool(2);
   Harness a(*l, {Shape{150}}), b(*l, {Shape{150}});
   a.randomize_params(5, 0.5f, 1.5f);
   b.params = a.params;
   b.ctx.pool = &pool;
-  Tensor x = random_tensor(Shape{300, 150}, 6, -2.f, 3.f);
-  Tensor g = random_tensor(Shape{300, 150}, 7, -1.f, 1.f);
+  Tensor x = random_tensor(Shape{600, 150}, 6, -2.f, 3.f);
+  Tensor g = random_tensor(Shape{600, 150}, 7, -1.f, 1.f);
   a.forward({&x});
   b.forward({&x});
   check_close(b.out, std::vector<float>(a.out.f32(), a.out.f32() + a.out.numel()), 0.f);

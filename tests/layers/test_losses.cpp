@@ -145,8 +145,8 @@ TEST_CASE("cross_entropy: errors") {
   expect_error([&] { l->forward_backward(ctx, x, labels_of({0, 1, 2, -1, 4}), &g); }, DP_ERR_INVALID_ARGUMENT,
                {"target -1 at row 5"});
   expect_error([&] { l->forward_backward(ctx, x, labels_of({0, 1}), &g); }, DP_ERR_SHAPE, {"[5]", "[2]"});
-  expect_error([] { make_loss({{"type", "cross_entropy"}, {"reduction", "sum"}}); }, DP_ERR_MODEL,
-               {"/loss/reduction", "\"sum\""});
+  expect_error([] { make_loss({{"type", "cross_entropy"}, {"reduction", "max"}}); }, DP_ERR_MODEL,
+               {"/loss/reduction", "expected \"mean\" or \"sum\"", "\"max\""});
   expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", 1.5}}); }, DP_ERR_MODEL,
                {"/loss/label_smoothing: expected a number in [0.0, 1.0], got 1.5"});
   expect_error([] { make_loss({{"type", "cross_entropy"}, {"label_smoothing", -0.1}}); }, DP_ERR_MODEL,
@@ -184,7 +184,8 @@ TEST_CASE("mse: values, gradient, split shares") {
              l->forward_backward(ctx, y.rows(1, 3), u.rows(1, 3), &g1);
   CHECK(s == doctest::Approx(all).epsilon(1e-6));
   expect_error([&] { l->forward_backward(ctx, y, labels_of({1, 2, 3, 4}), &g); }, DP_ERR_SHAPE, {"float32", "int64"});
-  expect_error([] { make_loss({{"type", "mse"}, {"reduction", "none"}}); }, DP_ERR_MODEL, {"/loss/reduction"});
+  expect_error([] { make_loss({{"type", "mse"}, {"reduction", "none"}}); }, DP_ERR_MODEL,
+               {"/loss/reduction", "no scalar loss to train on"});
 }
 
 namespace {
@@ -237,12 +238,14 @@ RunCtx batch_ctx(const Loss& l, const Tensor& t, int64_t n) {
 // Against PyTorch 2.15's losses in float64 on the same float32 inputs
 // (tests/reference/make_loss_reference.py): l1, smooth_l1 (beta 1, 0.5 and
 // 0), huber, bce (with outputs of exactly 0 and 1), bce_with_logits (weight,
-// pos_weight, logits of ±40), nll (weight, ignore_index). Each also split
+// pos_weight, logits of ±40), nll (weight, ignore_index); and every loss
+// with reduction "sum" (cross entropy's with weights, an ignored row and
+// label smoothing too). Each also split
 // over two replicas: their shares add up to the batch's loss, and each
 // replica's gradient rows are the batch's.
 TEST_CASE("losses as PyTorch: values, gradients, split shares, finite differences") {
   const auto& cases = loss_reference()["losses"];
-  REQUIRE(cases.size() >= 17);
+  REQUIRE(cases.size() >= 26);
   for (const auto& c : cases) {
     LossCase k = loss_case(c);
     CAPTURE(k.name);
@@ -300,7 +303,7 @@ TEST_CASE("the new losses: errors") {
     expect_error([&] { l->forward_backward(ctx, x, labels_of({1, 2, 3}), &g); }, DP_ERR_SHAPE,
                  {type, "float32 targets of shape [3, 4]", "int64 [3]"});
     expect_error([&] { l->forward_backward(ctx, x, t.rows(0, 2), &g); }, DP_ERR_SHAPE, {"[3, 4]", "[2, 4]"});
-    expect_error([&] { make_loss({{"type", type}, {"reduction", "sum"}}); }, DP_ERR_MODEL, {"/loss/reduction", "\"sum\""});
+    expect_error([&] { make_loss({{"type", type}, {"reduction", "none"}}); }, DP_ERR_MODEL, {"/loss/reduction", "\"none\""});
   }
   expect_error([] { make_loss({{"type", "huber"}, {"delta", 0}}); }, DP_ERR_MODEL, {"/loss/delta: expected a number > 0"});
   expect_error([] { make_loss({{"type", "huber"}, {"delta", -1}}); }, DP_ERR_MODEL, {"/loss/delta"});

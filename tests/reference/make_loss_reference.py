@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/reference/losses.json, which tests/layers/test_losses.cpp reads:
-PyTorch's value and input gradient of each loss dp has (reduction="mean"), and
+PyTorch's value and input gradient of each loss dp has (reduction="mean", and
+each with reduction="sum"), and
 of the layers log_softmax and layer_norm (with layer_norm's parameter gradients), on float32 inputs, computed in float64 (so the reference is
 the formula's exact value, not float32 rounding). Run by hand (PyTorch is not
 a build dependency):
@@ -121,6 +122,31 @@ for shape, ns, args in (([4, 6], [6], {}), ([3, 2, 5], [2, 5], {"eps": 1e-3}),
                   "input": xs.reshape(-1).tolist(), "gout": gs.reshape(-1).tolist(), "params": params,
                   "output": yd.detach().reshape(-1).tolist(), "grad": xd.grad.reshape(-1).tolist(),
                   "param_grads": {name: p.grad.reshape(-1).tolist() for name, p in m.named_parameters()}})
+
+# reduction="sum", every loss, on inputs drawn after everything above (so the cases above keep their values):
+# cross entropy with weights, an ignored row and smoothing too (a batch's sum, no denominator).
+xs, ts = f32(5, 4), f32(5, 4)
+ps = f32(5, 4, lo=0.05, hi=0.95)
+ys = (torch.rand(5, 4, generator=g) > 0.5).float()
+zs = f32(6, 5)
+cs = torch.tensor([0, 4, 2, -100, 1, 3])
+cs_plain = torch.tensor([0, 4, 2, 2, 1, 3])
+w5 = [0.5, 2.0, 1.0, 0.25, 3.0]
+sums = [
+    ("mse", {}, nn.MSELoss(reduction="sum"), xs, ts),
+    ("l1", {}, nn.L1Loss(reduction="sum"), xs, ts),
+    ("smooth_l1", {"beta": 0.5}, nn.SmoothL1Loss(beta=0.5, reduction="sum"), xs, ts),
+    ("huber", {"delta": 0.3}, nn.HuberLoss(delta=0.3, reduction="sum"), xs, ts),
+    ("bce", {"weight": [1.0, 0.5, 2.0, 1.0]}, nn.BCELoss(weight=d([1.0, 0.5, 2.0, 1.0]), reduction="sum"), ps, ys),
+    ("bce_with_logits", {"pos_weight": [3.0, 1.0, 0.5, 2.0]},
+     nn.BCEWithLogitsLoss(pos_weight=d([3.0, 1.0, 0.5, 2.0]), reduction="sum"), xs, ys),
+    ("cross_entropy", {}, nn.CrossEntropyLoss(reduction="sum"), zs, cs_plain),
+    ("cross_entropy", {"weight": w5, "label_smoothing": 0.2},
+     nn.CrossEntropyLoss(weight=d(w5), label_smoothing=0.2, reduction="sum"), zs, cs),
+    ("nll", {"weight": w5}, nn.NLLLoss(weight=d(w5), reduction="sum"), F.log_softmax(zs, dim=1).float(), cs),
+]
+for loss_type, args, module, x_, t_ in sums:
+    cases.append(case(f"{loss_type} sum {args}", {"type": loss_type, **args, "reduction": "sum"}, module, x_, t_))
 
 with open(os.path.join(HERE, "losses.json"), "w") as f:
     json.dump({"torch": torch.__version__, "losses": cases, "log_softmax": layers, "layer_norm": norms}, f)

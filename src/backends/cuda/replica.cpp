@@ -28,6 +28,9 @@ void CudaExecutor::zero(float* dst, int64_t n) {
 
 static std::unique_ptr<CudaLoss> loss_for(const Model& model) {
   if (!model.loss) return nullptr;
+  if (model.loss->sum_)
+    fail(DP_ERR_MODEL, "/loss/reduction: \"sum\" runs on CPU devices only so far (cuda's losses take the mean): train "
+                       "this model on cpu:N");
   auto l = make_cuda_loss(*model.loss);
   if (!l) fail(DP_ERR_DEVICE, "/loss (type '" + model.loss->type +
                             "'): this loss runs on CPU devices only so far (cuda runs cross_entropy and mse): train "

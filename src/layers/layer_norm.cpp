@@ -6,9 +6,10 @@
 //   dweight += sum over rows of g * xhat,   dbias += sum over rows of g
 // Row statistics in double; the forward keeps m and r per row, in double
 // (scratch 0), for the backward: rounded to float, a row far from 0 (mean
-// 1e4, spread 1) would lose its gradients' digits to the mean's rounding. The parameter gradients sum rows in order, whatever the
-// workers (each worker takes a block of columns over every row): a device's
-// sum is the same on every run.
+// 1e4, spread 1) would lose its gradients' digits to the mean's rounding.
+// The parameter gradients sum rows in order, whatever the workers (each
+// worker takes a block of columns over every row): a device's sum is the
+// same on every run.
 #include <algorithm>
 #include <cmath>
 

@@ -2,8 +2,8 @@
 // (l1, smooth_l1, huber, bce, bce_with_logits; mse has its own file), averaged
 // as PyTorch's reduction="mean" over every element of the whole batch: each
 // replica returns the sum of its elements' losses / (batch_total * inner),
-// or with reduction "sum" the sum itself. Their hyperparameters are here, apart from the loss classes, for a CUDA
-// loss to read (dynamic_cast).
+// or with reduction "sum" the sum itself. Their hyperparameters are here,
+// apart from the loss classes, for a CUDA loss to read (dynamic_cast).
 #pragma once
 #include <string>
 #include <vector>

@@ -129,6 +129,10 @@ TEST_CASE("cross_entropy: class weights and ignore_index, as PyTorch") {
   CHECK(ctx.loss_total == 0);
   Tensor g;
   CHECK(std::isnan(l->forward_backward(ctx, x, t, &g)));
+  // With reduction "sum" nothing divides: 0, and a zero gradient, as PyTorch's.
+  auto s = make_loss({{"type", "cross_entropy"}, {"reduction", "sum"}});
+  CHECK(s->forward_backward(ctx, x, t, &g) == 0.0);
+  check_close(g, std::vector<float>(static_cast<size_t>(g.numel()), 0.f), 0.f);
 }
 
 TEST_CASE("cross_entropy: errors") {

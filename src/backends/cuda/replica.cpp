@@ -9,14 +9,13 @@ namespace dp {
 CudaExecutor::CudaExecutor(const Model& model, CudaCtx* ctx) : ctx_(ctx) {
   for (const Node& n : model.nodes) {
     ops_.push_back(make_cuda_op(*n.layer));
-    if (!ops_.back() && cpu_only_builtin(n.layer->type))
-      fail(DP_ERR_DEVICE, n.layer->path + " ('" + n.layer->name + "', type '" + n.layer->type +
-                              "'): this layer type runs on CPU devices only so far: train this model on cpu:N");
     if (!ops_.back())
-      fail(DP_ERR_DEVICE, n.layer->path + " ('" + n.layer->name + "', type '" + n.layer->type +
-                              "'): this layer type has no CUDA implementation; run the model on CPU devices (every "
-                              "built-in type has one: a plugin's type needs CUDA code, dp_plugin_device_impls of plugin "
-                              "host API version 2, docs/plugins.md)");
+      fail(DP_ERR_DEVICE, n.layer->path + " ('" + n.layer->name + "', type '" + n.layer->type + "'): " +
+                              (cpu_only_builtin(n.layer->type)
+                                   ? "this layer type runs on CPU devices only so far: train this model on cpu:N"
+                                   : "this layer type has no CUDA implementation; run the model on CPU devices (a "
+                                     "plugin's type needs CUDA code, dp_plugin_device_impls of plugin host API "
+                                     "version 2, docs/plugins.md)"));
   }
 }
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libopenblas-dev
+packages=(build-essential meson ninja-build pkg-config python3 nlohmann-json3-dev doctest-dev libcli11-dev libdnnl-dev
           zlib1g-dev dataset-fashion-mnist python3-numpy python3-pytest abigail-tools libgloo-dev openmpi-bin libopenmpi-dev
           librsvg2-bin fonts-dejavu-core
           libonnx-dev libprotobuf-dev)

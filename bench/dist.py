@@ -5,7 +5,7 @@ Fashion-MNIST MLP and CNN, in interleaved rounds; the ratio of their
 samples/s, and the fraction of the processes' step time spent in collectives
 and waiting on them (dp_group_comm_seconds). Then Gloo's all-reduce beside
 memcpy (build/bench/dist_allreduce). Prints the machine (CPU, cores,
-OpenBLAS kernel) first: ratios are only comparable on one machine.
+oneDNN instruction set) first: ratios are only comparable on one machine.
 
     bench/dist.py [--build build] [--rounds 3] [--steps 40] [--models MLP,CNN]
                   [--variant NAME:VAR=VALUE,...]...
@@ -17,11 +17,9 @@ DP_BACKEND=mpi starts its processes with mpirun (Open MPI's collectives), and
 the all-reduce table is then printed for it too.
 """
 import argparse
-import ctypes
 import json
 import os
 import random
-import re
 import socket
 import statistics
 import subprocess
@@ -43,20 +41,10 @@ def free_port():
 
 
 def machine(dp_exe):
-    cpu = '?'
-    with open('/proc/cpuinfo') as f:
-        for line in f:
-            if line.startswith('model name'):
-                cpu = line.split(':', 1)[1].strip()
-                break
-    ldd = subprocess.run(['ldd', dp_exe], capture_output=True, text=True).stdout
-    m = re.search(r'libopenblas\S*\s+=>\s+(\S+)', ldd)
-    core = '?'
-    if m:
-        lib = ctypes.CDLL(m.group(1))
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        core = lib.openblas_get_corename().decode()
-    return f'{cpu}, {os.cpu_count()} cores, OpenBLAS kernel {core} (OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE")})'
+    """`dp devices`' line for cpu:0: the processor, oneDNN's version and the instruction set its products run."""
+    out = subprocess.run([dp_exe, 'devices'], capture_output=True, text=True).stdout
+    cpu = next((l.split(' of ', 1)[-1] for l in out.splitlines() if l.startswith('cpu:0: ')), '?')
+    return f'{cpu}, {os.cpu_count()} cores (ONEDNN_MAX_CPU_ISA={os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset)")})'
 
 
 def bench_one(dp_exe, model, batch, steps):

@@ -36,7 +36,7 @@
 #   ACC_SEEDS      stage 7's shuffling seeds, one fp32 and one bf16 run each (default "1 2 3")
 #   MLP_STEPS, CNN_STEPS, LARGE_STEPS, LARGE_BATCH   timed steps and the large MLP's batch
 #   DP_EXTRA_LIBS  colon-separated directories of runtime libraries to add (e.g. a
-#                  copied libopenblas.so.0); <build>/runtime-libs is added when it exists
+#                  copied libdnnl.so.2); <build>/runtime-libs is added when it exists
 # LD_LIBRARY_PATH gets the CUDA libraries of PyTorch's pip packages
 # (site-packages/nvidia/*/lib) found through $PYTHON, for a machine whose
 # cuBLAS, cuDNN and NCCL exist only there.
@@ -180,13 +180,11 @@ stage "machine"
 gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 4)
 [ -n "$gpu" ] || gpu="(nvidia-smi gave nothing)"
 say "GPU (nvidia-smi):  $gpu"
-# OpenBLAS's kernel: the one libdp loads reports its core (OPENBLAS_CORETYPE forces one).
-blas_lib=$(ldd "$LIBDP" 2>/dev/null | awk '/libopenblas/ {print $3; exit}')
-blas_core="(libopenblas not found through libdp.so)"
-if [ -n "$blas_lib" ] && [ -f "$blas_lib" ]; then
-  blas_core=$(timeout 30 "$PY" -c 'import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.openblas_get_corename.restype = ctypes.c_char_p; l.openblas_get_config.restype = ctypes.c_char_p; print("%s (%s)" % (l.openblas_get_corename().decode(), l.openblas_get_config().decode()))' "$blas_lib" 2>&1 | tail -n 1)
-fi
-say "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-(unset)}; OpenBLAS kernel in use: $blas_core"
+# What the CPU's products run on: `dp devices`' cpu:0 (oneDNN's version and
+# instruction set; ONEDNN_MAX_CPU_ISA caps it).
+blas_core=$(timeout 30 "$DP" devices 2>/dev/null | sed -n 's/^cpu:0: CPU core 0 of //p')
+[ -n "$blas_core" ] || blas_core="(dp devices named no cpu:0)"
+say "CPU products:      $blas_core (ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-(unset)})"
 say "CPU:               $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//') ($(nproc) cores)"
 torch_info=$(timeout 120 "$PY" -c 'import sys, torch; print("python %s, torch %s, CUDA %s, cuDNN %s, GPU visible to torch: %s" % (sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available()))' 2>&1 | tail -n 1)
 say "PyTorch:           $torch_info"
@@ -211,14 +209,14 @@ for f in "$LIBDP" "$DP" "$B/tests/cuda/test_cuda_layers" "$B/tests/cuda/test_cud
 done
 if [ -e "$LIBDP" ]; then
   say "  libdp.so resolves:"
-  ldd "$LIBDP" 2>&1 | grep -E 'cudart|cublas|cudnn|nccl|openblas|libstdc' | sed 's/^/    /'
+  ldd "$LIBDP" 2>&1 | grep -E 'cudart|cublas|cudnn|nccl|dnnl|gomp|libstdc' | sed 's/^/    /'
 fi
 [ -n "$unloadable" ] && fail "shared libraries missing for:$unloadable (DP_EXTRA_LIBS or <build>/runtime-libs can add directories)"
-"$PY" - "$gpu" "${OPENBLAS_CORETYPE:-(unset)}" "$blas_core" "$torch_info" "$dp_version" >> "$RESULTS" <<'EOF'
+"$PY" - "$gpu" "${ONEDNN_MAX_CPU_ISA:-(unset)}" "$blas_core" "$torch_info" "$dp_version" >> "$RESULTS" <<'EOF'
 import json, platform, sys
-gpu, core, kernel, torch_info, dp = sys.argv[1:6]
+gpu, max_isa, cpu, torch_info, dp = sys.argv[1:6]
 print(json.dumps({'kind': 'header', 'model': '', 'impl': '', 'round': 0, 'rc': 0,
-                  'result': {'gpu': gpu, 'openblas_coretype': core, 'openblas_kernel': kernel, 'torch': torch_info,
+                  'result': {'gpu': gpu, 'onednn_max_cpu_isa': max_isa, 'cpu_products': cpu, 'torch': torch_info,
                              'dp': dp, 'host': platform.node()}}))
 EOF
 
@@ -460,7 +458,7 @@ if [ -n "${OUT:-}" ]; then
   "$PY" "$TORCH_PY" report "$RESULTS" --section all --json "$json_out" > /dev/null || fail "writing $json_out"
 fi
 stage "SUMMARY ($(( $(date +%s) - start_s ))s for stages $STAGES)"
-say "GPU: $gpu | OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, kernel $blas_core | $torch_info"
+say "GPU: $gpu | CPU products: $blas_core | $torch_info"
 for s in "${summary[@]}"; do say "$s"; done
 cat "$LOGS/table_models.txt" "$LOGS/table_large_mlp.txt" "$LOGS/table_precision.txt" 2>/dev/null
 say "logs: $LOGS${json_out:+; table: $json_out}"

@@ -26,9 +26,9 @@ find . -path ./meson-private -prune -o \( -type f -o -type l \) \( -perm -u+x -o
     [ -L "$f" ] || strip --strip-debug "$dst/$f" 2>/dev/null || true
   done
 mkdir -p "$dst/runtime-libs"
-# OpenBLAS, Gloo (process groups) and ONNX (export), with what they load that such a
+# oneDNN and its OpenMP runtime (CPU products), Gloo (process groups) and ONNX (export), with what they load that such a
 # machine may lack; the C and C++ runtimes and CUDA's libraries are its own.
-for lib in $(ldd "$build/src/libdp.so" | awk '/libopenblas|libgfortran|libquadmath|libgloo|libhiredis|libibverbs|libnl-|libonnx|libprotobuf/ {print $3}'); do
+for lib in $(ldd "$build/src/libdp.so" | awk '/libdnnl|libgomp|libgloo|libhiredis|libibverbs|libnl-|libonnx|libprotobuf/ {print $3}'); do
   cp -L "$lib" "$dst/runtime-libs/"
 done
 # docs/plugins.md's CUDA plugin, built here as the walk-through builds it (the GPU

@@ -5,7 +5,7 @@
 // allocation made during the timed steps (after each configuration's first).
 //
 //   bench/mlp [rounds] [steps-per-round]
-#include <cblas.h>
+#include <dnnl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,17 +20,26 @@
 #include "alloc_counter.h"
 #include "dp.h"
 
+extern "C" void omp_set_num_threads(int);
+
+// One row-major product on the calling thread, as libdp runs its own
+// (oneDNN's sgemm, the OpenMP limit 1 for this thread), for the ceilings.
+static void sgemm(char ta, char tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C,
+                  int ldc) {
+  omp_set_num_threads(1);
+  dnnl_sgemm(ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C, ldc);
+}
+
 
 // The machine's own ceiling right now: the same sgemm work on one thread, then
 // twice that work on two threads at once. On a shared VM two "cores" rarely
 // give 2x; dp's 2-device ratio is to be read against this.
 static double hardware_scaling() {
-  openblas_set_num_threads(1);
   const int M = 128, N = 512, K = 784, reps = 150;
   auto work = [&] {
     std::vector<float> A(M * K, 1.0f), B(K * N, 1.0f), C(M * N);
     for (int r = 0; r < reps; ++r)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1, A.data(), K, B.data(), N, 0, C.data(), N);
+      sgemm('N', 'N', M, N, K, A.data(), K, B.data(), N, C.data(), N);
   };
   auto t0 = std::chrono::steady_clock::now();
   work();
@@ -52,7 +61,6 @@ static double hardware_scaling() {
 // products' seconds per step on one thread, what dp's 1-device step is read
 // against.
 static double step_gemm_scaling(double* one_step) {
-  openblas_set_num_threads(1);
   struct Step {
     int M;
     std::vector<float> X, W1, W2, W3, H1, H2, Y, dY, dH2, dH1, dW1, dW2, dW3;
@@ -61,16 +69,15 @@ static double step_gemm_scaling(double* one_step) {
           H2(m * 256), Y(m * 10), dY(m * 10, 0.1f), dH2(m * 256), dH1(m * 512), dW1(512 * 784), dW2(256 * 512),
           dW3(10 * 256) {}
     void run() {
-      const CBLAS_ORDER R = CblasRowMajor;
-      const CBLAS_TRANSPOSE N = CblasNoTrans, T = CblasTrans;
-      cblas_sgemm(R, N, T, M, 512, 784, 1, X.data(), 784, W1.data(), 784, 0, H1.data(), 512);
-      cblas_sgemm(R, N, T, M, 256, 512, 1, H1.data(), 512, W2.data(), 512, 0, H2.data(), 256);
-      cblas_sgemm(R, N, T, M, 10, 256, 1, H2.data(), 256, W3.data(), 256, 0, Y.data(), 10);
-      cblas_sgemm(R, T, N, 10, 256, M, 1, dY.data(), 10, H2.data(), 256, 0, dW3.data(), 256);
-      cblas_sgemm(R, N, N, M, 256, 10, 1, dY.data(), 10, W3.data(), 256, 0, dH2.data(), 256);
-      cblas_sgemm(R, T, N, 256, 512, M, 1, dH2.data(), 256, H1.data(), 512, 0, dW2.data(), 512);
-      cblas_sgemm(R, N, N, M, 512, 256, 1, dH2.data(), 256, W2.data(), 512, 0, dH1.data(), 512);
-      cblas_sgemm(R, T, N, 512, 784, M, 1, dH1.data(), 512, X.data(), 784, 0, dW1.data(), 784);
+      const char N = 'N', T = 'T';
+      sgemm(N, T, M, 512, 784, X.data(), 784, W1.data(), 784, H1.data(), 512);
+      sgemm(N, T, M, 256, 512, H1.data(), 512, W2.data(), 512, H2.data(), 256);
+      sgemm(N, T, M, 10, 256, H2.data(), 256, W3.data(), 256, Y.data(), 10);
+      sgemm(T, N, 10, 256, M, dY.data(), 10, H2.data(), 256, dW3.data(), 256);
+      sgemm(N, N, M, 256, 10, dY.data(), 10, W3.data(), 256, dH2.data(), 256);
+      sgemm(T, N, 256, 512, M, dH2.data(), 256, H1.data(), 512, dW2.data(), 512);
+      sgemm(N, N, M, 512, 256, dH2.data(), 256, W2.data(), 512, dH1.data(), 512);
+      sgemm(T, N, 512, 784, M, dH1.data(), 512, X.data(), 784, dW1.data(), 784);
     }
   };
   const int reps = 60;
@@ -166,9 +173,9 @@ int main(int argc, char** argv) {
   };
   std::printf("MLP 784-512-256-10, batch %lld, SGD momentum; %d interleaved rounds of %d steps\n", (long long)batch,
               rounds, steps);
-  std::printf("OpenBLAS: %s (core: %s)\n", openblas_get_config(), openblas_get_corename());
-  const char* ct = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
+  const char* cpu = "";
+  ok(dp_device_name("cpu", 0, &cpu), "dp_device_name");
+  std::printf("%s\n", cpu);
   std::printf("hardware ceiling: 2 threads of independent sgemm run %.2fx one (before and after the rounds)\n", ceiling);
   std::printf("the step's own products: 2 x 128 rows on two threads run %.2fx 256 rows on one\n", step_ceiling);
   double base = median(configs[0].rates);

@@ -12,9 +12,9 @@ examples/fashion_mnist_cnn.json (batch 64), rebuilt in PyTorch from the JSON
   2 devices   dp "cpu:0,cpu:1", 1 thread each   PyTorch set_num_threads(2)
   2 threads   dp "cpu:0", 2 threads per device  PyTorch set_num_threads(2)
 Also printed: the machine's ceiling (the same sgemm work on two threads at
-once against one, through the libopenblas dp links), which OpenBLAS kernel
-dp's libopenblas runs (openblas_get_corename, OPENBLAS_CORETYPE) and what
-PyTorch computes with (torch.__config__.show(): MKL, oneDNN).
+once against one, through the oneDNN sgemm dp links), what dp's products run
+on (dp.device_name('cpu', 0): oneDNN's version and instruction set;
+ONEDNN_MAX_CPU_ISA caps it) and what PyTorch computes with (torch.__config__.show(): MKL, oneDNN).
 
 PyTorch runs twice: as the environment has it, and (unless --no-passive, or
 OMP_WAIT_POLICY=PASSIVE is set already) in a second worker with
@@ -136,20 +136,15 @@ def dp_worker():
     import dp
     state, info = {}, {}
 
-    def openblas():
+    def gemm_library():
         lib_path = os.environ['DP_LIBRARY']
         ldd = subprocess.run(['ldd', lib_path], capture_output=True, text=True).stdout
-        m = re.search(r'(libopenblas\S*)\s+=>\s+(\S+)', ldd)
-        linked = m.group(2) if m else None
-        path = loaded_path('libopenblas') or linked  # the copy in this process (dp has run a product)
-        lib = ctypes.CDLL(path)
-        for fn in ('openblas_get_corename', 'openblas_get_config'):
-            getattr(lib, fn).restype = ctypes.c_char_p
-        return lib, {'ldd': m.group(0) if m else None, 'linked': linked, 'loaded': path,
-                     'real_path': os.path.realpath(path), 'corename': lib.openblas_get_corename().decode(),
-                     'config': lib.openblas_get_config().decode().strip(),
-                     'num_threads': lib.openblas_get_num_threads(),
-                     'OPENBLAS_CORETYPE': os.environ.get('OPENBLAS_CORETYPE')}
+        found = {name: re.search(r'(' + name + r'\S*)\s+=>\s+(\S+)', ldd) for name in ('libdnnl', 'libgomp')}
+        libs = {name: ctypes.CDLL(loaded_path(name) or m.group(2)) for name, m in found.items()}
+        return libs, {'ldd': '; '.join(m.group(0) for m in found.values()),
+                      'real_path': os.path.realpath(loaded_path('libdnnl') or found['libdnnl'].group(2)),
+                      'description': dp.device_name('cpu', 0).split(' of ', 1)[-1],
+                      'ONEDNN_MAX_CPU_ISA': os.environ.get('ONEDNN_MAX_CPU_ISA')}
 
     for line in sys.stdin:
         req = json.loads(line)
@@ -163,23 +158,24 @@ def dp_worker():
                     opt = dp.Optimizer(group, OPTIMIZER)
                     step = (lambda g, o, x, y: lambda: g.train_step(o, x, y))(group, opt, xt, yt)
                     state[key, variant] = (group, opt) + timed_runner(step, batch, req['seconds'])
-            lib, info = openblas()
-            state['blas'] = lib
+            libs, info = gemm_library()
+            state['blas'] = libs
             out = {'ok': True, 'params': {k: [list(shape) for _, shape in dp.Model(s).parameter_info()]
                                           for k, s, _ in req['models']}}
         elif req['cmd'] == 'run':
             _, _, run, steps = state[req['model'], req['variant']]
             out = {'rate': run(steps), 'steps': steps}
         elif req['cmd'] == 'ceiling':
-            lib, M, N, K = state['blas'], 128, 512, 784  # bench/mlp.cpp's hardware_scaling()
-            lib.openblas_set_num_threads(1)
-            f = ctypes.c_float
-            lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [f, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                                             ctypes.c_int, f, ctypes.c_void_p, ctypes.c_int]
+            libs, M, N, K = state['blas'], 128, 512, 784  # bench/mlp.cpp's hardware_scaling()
+            dnnl, gomp = libs['libdnnl'], libs['libgomp']
+            i64, f = ctypes.c_int64, ctypes.c_float
+            dnnl.dnnl_sgemm.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, f, ctypes.c_void_p, i64,
+                                        ctypes.c_void_p, i64, f, ctypes.c_void_p, i64]
 
             def one_thread_work():
+                gomp.omp_set_num_threads(1)  # this thread's OpenMP limit, as libdp sets it around its products
                 a, b, c = np.ones((M, K), np.float32), np.ones((K, N), np.float32), np.zeros((M, N), np.float32)
-                return lambda: lib.cblas_sgemm(101, 111, 111, M, N, K, 1.0, a.ctypes.data, K, b.ctypes.data, N,
+                return lambda: dnnl.dnnl_sgemm(b'N', b'N', M, N, K, 1.0, a.ctypes.data, K, b.ctypes.data, N,
                                                0.0, c.ctypes.data, N)  # row major, no transposes; GIL released
             local = threading.local()
 
@@ -331,21 +327,21 @@ def main():
           f'{os.getloadavg()[0]:.1f}): training samples/s, SGD lr 0.01 momentum 0.9, synthetic data; '
           f'{args.rounds} interleaved rounds of ~{args.seconds:g} s runs; rates are medians, ratios the median '
           f'of per-round dp/PyTorch')
-    print(f'dp OpenBLAS: kernel {blas["corename"]} ({blas["config"]}), OPENBLAS_CORETYPE='
-          f'{blas["OPENBLAS_CORETYPE"] or "(unset)"}; {blas["real_path"]} (libdp.so: {blas["ldd"]})')
+    print(f'dp products: {blas["description"]}, ONEDNN_MAX_CPU_ISA='
+          f'{blas["ONEDNN_MAX_CPU_ISA"] or "(unset)"}; {blas["real_path"]} (libdp.so: {blas["ldd"]})')
     print(f'PyTorch: BLAS {tinfo["blas_info"]}, MKL {tinfo["mkl"]}, oneDNN {tinfo["mkldnn"]}, '
           f'CPU capability {tinfo["cpu_capability"]}; ' + '; '.join(tinfo['parallel_info']) +
           f'; OMP_WAIT_POLICY={os.environ.get("OMP_WAIT_POLICY", "(unset)")}')
     for ln in tinfo['config']:
         print(f'  torch config: {ln}')
-    print(f'machine ceiling: 2 threads of independent sgemm (dp\'s OpenBLAS) run {med(ceilings):.2f}x one '
+    print(f'machine ceiling: 2 threads of independent sgemm (dp\'s oneDNN sgemm) run {med(ceilings):.2f}x one '
           f'(before each round and at the end: {", ".join(f"{c:.2f}" for c in ceilings)})')
     print()
     passive = 'torch_passive' in sides
     print(f'{"model":19} {"batch":>5} {"variant":10} {"dp":>8} {"PyTorch":>8} {"dp/PT":>6}' +
           (f' {"PT pass.":>8} {"dp/PTp":>6}' if passive else '') + f' {"dp x1t":>6} {"PT x1t":>6}' +
           (f' {"PTp x1t":>7}' if passive else ''))
-    out = {'rounds': args.rounds, 'seconds': args.seconds, 'ceiling': ceilings, 'openblas': blas, 'torch': tinfo,
+    out = {'rounds': args.rounds, 'seconds': args.seconds, 'ceiling': ceilings, 'gemm': blas, 'torch': tinfo,
            'results': []}
     for key, label, spec, batch in todo:
         for name in names[1:]:
@@ -372,7 +368,7 @@ def main():
                                    'ratio_rounds': {n: ratios[key, variant, n] for n in names[1:]}})
     print('(PT pass.: PyTorch with OMP_WAIT_POLICY=PASSIVE; x1t: each side against its own 1-thread rate, to read '
           'against the machine ceiling)')
-    print(json.dumps({'ceiling': round(med(ceilings), 3), 'openblas_core': blas['corename'],
+    print(json.dumps({'ceiling': round(med(ceilings), 3), 'dp_products': blas['description'],
                       'dp_over_torch': {f'{r["model"]}/{r["variant"]}': {k: round(v, 3) for k, v in r['dp_over'].items()}
                                         for r in out['results']}}))
     if args.json:

@@ -27,8 +27,10 @@ for _ in range(rounds):
                                   '--workers', '2'],
                                  capture_output=True, text=True, check=True).stdout
             rates[(m, label)].append(json.loads(out.strip().splitlines()[-1])['samples_per_second'])
-print(f'OPENBLAS_CORETYPE={os.environ.get("OPENBLAS_CORETYPE", "(unset)")}; {rounds} interleaved rounds, medians; '
-      'loader (2 workers) + training step')
+cpu = next((l.split(' of ', 1)[-1] for l in subprocess.run([dp, 'devices'], capture_output=True, text=True).stdout
+            .splitlines() if l.startswith('cpu:0: ')), '?')
+print(f'{cpu} (ONEDNN_MAX_CPU_ISA={os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset)")}); {rounds} interleaved rounds, '
+      'medians; loader (2 workers) + training step')
 print(f'{"model":6} {"batch":>5} {"1 device":>12} {"2 devices":>12} {"ratio":>7}')
 result = {}
 for m, (path, batch, _) in models.items():

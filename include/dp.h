@@ -253,11 +253,9 @@ DP_API dp_status dp_group_create(dp_model* m, const char* devices, dp_group** ou
  * this thread. */
 DP_API dp_status dp_device_count(const char* kind, int* count, const char** why);
 /* A description of device `index` of `kind` ("NVIDIA H200, 139.8 GiB,
- * compute capability 9.0"; "CPU core 0 of Intel(R) Xeon(R) Processor,
- * OpenBLAS kernel SkylakeX"), valid until the next call on this thread. When
- * OpenBLAS runs a kernel that uses less of the CPU than it has (it did not
- * recognise the CPU, as on some virtual machines), a CPU's description goes
- * on with a sentence naming the OPENBLAS_CORETYPE that would use it. */
+ * compute capability 9.0"; "CPU core 0 of AMD EPYC, oneDNN 2.6.3 sgemm,
+ * avx512_core": the processor, and the library and instruction set of the
+ * CPU's matrix products), valid until the next call on this thread. */
 DP_API dp_status dp_device_name(const char* kind, int index, const char** name);
 DP_API void dp_group_destroy(dp_group* g);
 DP_API dp_status dp_group_num_devices(const dp_group* g, int* count);

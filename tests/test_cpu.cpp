@@ -1,101 +1,128 @@
-// The CPU's description (dp_device_name("cpu", i)): the processor and the
-// OpenBLAS kernel dp's products run on, and the advice given when OpenBLAS
-// did not recognise the CPU and runs a kernel below its vector units.
+// The CPU's matrix products (oneDNN's sgemm, src/core/blas.cpp) and their
+// description (dp_device_name("cpu", i)): the processor, oneDNN's version
+// and the instruction set its kernels run.
 #include <doctest/doctest.h>
 
-#include <cblas.h>
+#include <dirent.h>
+#include <dnnl.h>
 
-#include <strings.h>
-
+#include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "core/blas.h"
+#include "core/workers.h"
 #include "dp.h"
 
-TEST_CASE("advice only when the kernel uses less than the CPU has, and OPENBLAS_CORETYPE is unset") {
-  using dp::blas_kernel_advice;
-  // What this project's VM gave: a CPU with AVX-512 that OpenBLAS 0.3.21 did not recognise.
-  const std::string a = blas_kernel_advice("Prescott", 3, "SkylakeX", nullptr);
-  CHECK(a == ". This CPU has AVX-512, which OpenBLAS's kernel does not use (it did not recognise the CPU): "
-             "run with OPENBLAS_CORETYPE=SkylakeX to use it");
-  CHECK(blas_kernel_advice("Prescott", 3, "SkylakeX", "") == a);  // set but empty: OpenBLAS ignores it too
-  CHECK(blas_kernel_advice("Haswell", 3, "SkylakeX", nullptr).find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos);
-  CHECK(blas_kernel_advice("Sandybridge", 2, "Zen", nullptr).find("has AVX2,") != std::string::npos);
-  CHECK(blas_kernel_advice("Nehalem", 1, "Sandybridge", nullptr).find("has AVX,") != std::string::npos);
-  // The kernel already uses what the CPU has (names compared without case), or more.
-  for (const char* k : {"SkylakeX", "COOPERLAKE", "sapphirerapids"}) CHECK(blas_kernel_advice(k, 3, "SkylakeX", nullptr).empty());
-  for (const char* k : {"Haswell", "Zen", "Excavator"}) CHECK(blas_kernel_advice(k, 2, "Haswell", nullptr).empty());
-  CHECK(blas_kernel_advice("SkylakeX", 2, "Haswell", nullptr).empty());
-  CHECK(blas_kernel_advice("Prescott", 0, "", nullptr).empty());  // no AVX at all, or not x86
-  // The user chose a kernel: theirs stands, even a slower one.
-  CHECK(blas_kernel_advice("Prescott", 3, "SkylakeX", "Prescott").empty());
-  // ... unless it needs vector units the CPU lacks: OpenBLAS would stop the program with SIGILL.
-  CHECK(blas_kernel_advice("SkylakeX", 2, "Zen", "SkylakeX") ==
-        ". OPENBLAS_CORETYPE=SkylakeX selects a kernel for AVX-512, which this CPU lacks (it has AVX2): its products "
-        "would stop the program (SIGILL); unset it or use OPENBLAS_CORETYPE=Zen");
-  CHECK(blas_kernel_advice("Haswell", 1, "Sandybridge", "Haswell").find("kernel for AVX2, which this CPU lacks (it has AVX)") !=
-        std::string::npos);
-  CHECK(blas_kernel_advice("Haswell", 2, "Zen", "Haswell").empty());
+extern "C" int omp_get_max_threads(void);
+extern "C" void omp_set_num_threads(int);
+
+namespace {
+
+int threads_of_process() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
 }
 
-TEST_CASE("dp_device_name(\"cpu\") names the processor and the kernel OpenBLAS runs") {
+// C = alpha * op(A) op(B) + beta * C in double, row-major.
+std::vector<double> reference(bool ta, bool tb, int M, int N, int K, float alpha, const std::vector<float>& A,
+                              int lda, const std::vector<float>& B, int ldb, float beta, const std::vector<float>& C,
+                              int ldc) {
+  std::vector<double> r(C.begin(), C.end());
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double(ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
+      r[m * ldc + n] = alpha * s + beta * double(C[m * ldc + n]);
+    }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("products against a double reference: every transpose, leading dimensions, alpha and beta, split over a pool") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  dp::Workers pool(3);
+  for (int M : {1, 5, 70, 131})
+    for (int N : {1, 9, 100})
+      for (int K : {1, 33, 257})
+        for (int t = 0; t < 4; ++t) {
+          const bool ta = t & 1, tb = t & 2;
+          const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+          std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
+          for (auto* v : {&A, &B, &C})
+            for (float& x : *v) x = u(rng);
+          const float alpha = 0.75f, beta = t == 3 ? 0.0f : 0.5f;
+          const std::vector<double> want = reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+          for (dp::Workers* p : {static_cast<dp::Workers*>(nullptr), &pool}) {
+            std::vector<float> got = C;
+            dp::gemm(p, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+            double worst = 0;
+            for (int m = 0; m < M; ++m)
+              for (int n = 0; n < ldc; ++n) {
+                const double d = std::fabs(got[m * ldc + n] - want[m * ldc + n]);
+                worst = std::fmax(worst, n < N ? d / std::sqrt(double(K)) : d);  // past N: untouched
+              }
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            CAPTURE(t);
+            CHECK(worst < 1e-6);
+          }
+        }
+}
+
+TEST_CASE("a product runs on the calling thread only, and leaves its OpenMP limit as it was") {
+  // Debian's oneDNN runs on OpenMP: without dp's limit each call would start
+  // a team of threads (one per core) to compete with dp's device threads.
+  const int before = threads_of_process(), limit = omp_get_max_threads();
+  omp_set_num_threads(4);
+  std::vector<float> a(512 * 512, 1.0f), b(512 * 512, 1.0f), c(512 * 512);
+  dp::gemm(nullptr, false, false, 512, 512, 512, 1.0f, a.data(), 512, b.data(), 512, 0.0f, c.data(), 512);
+  CHECK(c[0] == 512);
+  CHECK(threads_of_process() == before);
+  CHECK(omp_get_max_threads() == 4);
+  omp_set_num_threads(limit);
+}
+
+TEST_CASE("dp_device_name(\"cpu\") names the processor, oneDNN and the instruction set its kernels run") {
   const char* name = nullptr;
   REQUIRE(dp_device_name("cpu", 1, &name) == DP_OK);
   const std::string s = name;
   CAPTURE(s);
   CHECK(s.rfind("CPU core 1 of ", 0) == 0);
-  const std::string kernel = std::string(", OpenBLAS kernel ") + openblas_get_corename();
-  CHECK(s.find(kernel) != std::string::npos);
-  // The advice follows the kernel's name, when given: only where dp could not
-  // change the kernel, an OpenBLAS built for one CPU (no DYNAMIC_ARCH).
-  const size_t advice = s.find(". This CPU has ");
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  const bool dynamic = std::string(openblas_get_config()).find("DYNAMIC_ARCH") != std::string::npos;
-  if (advice != std::string::npos) {
-    CHECK(advice == s.find(kernel) + kernel.size());
-    CHECK((!set || !*set));
-    CHECK(!dynamic);
-  }
+  const dnnl_version_t* v = dnnl_version();
+  const std::string isa = dp::cpu_isa_name(unsigned(dnnl_get_effective_cpu_isa()));
+  const std::string tail = ", oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                           std::to_string(v->patch) + " sgemm, " + isa;
+  CHECK(s.size() > tail.size());
+  CHECK(s.compare(s.size() - tail.size(), tail.size(), tail) == 0);
+  CHECK(isa.rfind("isa 0x", 0) != 0);  // a set this build names
   CHECK(dp_device_name("cpu", 1 << 20, &name) == DP_ERR_DEVICE);
 }
 
-TEST_CASE("dp runs OpenBLAS's selection again when OpenBLAS did not recognise the CPU, unless OPENBLAS_CORETYPE is set") {
-  using dp::blas_kernel_switch;
-  // Debian 12's OpenBLAS 0.3.21 on an Emerald Rapids Xeon (model 207): Prescott on a CPU with AVX-512.
-  CHECK(blas_kernel_switch("Prescott", 3, "SkylakeX", nullptr) == "SkylakeX");
-  CHECK(blas_kernel_switch("Prescott", 3, "SkylakeX", "") == "SkylakeX");
-  CHECK(blas_kernel_switch("Haswell", 3, "SkylakeX", nullptr) == "SkylakeX");
-  CHECK(blas_kernel_switch("Nehalem", 2, "Zen", nullptr) == "Zen");
-  CHECK(blas_kernel_switch("Core2", 1, "Sandybridge", nullptr) == "Sandybridge");
-  // OpenBLAS's own choice uses what the CPU has, or the CPU has nothing better: kept.
-  for (const char* k : {"SkylakeX", "cooperlake", "SAPPHIRERAPIDS"}) CHECK(blas_kernel_switch(k, 3, "SkylakeX", nullptr).empty());
-  CHECK(blas_kernel_switch("Zen", 2, "Zen", nullptr).empty());
-  CHECK(blas_kernel_switch("Prescott", 0, "", nullptr).empty());
-  // The user's choice stands, even a slower one.
-  CHECK(blas_kernel_switch("Prescott", 3, "SkylakeX", "Prescott").empty());
-  CHECK(blas_kernel_switch("Haswell", 3, "SkylakeX", "Haswell").empty());
-
-  // What this process runs on. tests/meson.build runs this case a second time
-  // with OPENBLAS_CORETYPE=Prescott, which must stand.
+// tests/meson.build runs this case a second time with ONEDNN_MAX_CPU_ISA=AVX2:
+// the cap holds, and the description says what runs.
+TEST_CASE("ONEDNN_MAX_CPU_ISA caps the kernels, and the description says so") {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const unsigned isa = unsigned(dnnl_get_effective_cpu_isa());
   const char* name = nullptr;
   REQUIRE(dp_device_name("cpu", 0, &name) == DP_OK);
-  const std::string s = name, core = openblas_get_corename();
+  const std::string s = name;
   CAPTURE(s);
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  const std::string own = dp::blas_kernel().openblas_choice;
-  if (set && *set) {
-    CHECK(own.empty());
-    CHECK(strcasecmp(core.c_str(), set) == 0);
-    CHECK(s.find("dp's choice") == std::string::npos);
-  } else if (!own.empty()) {
-    CHECK(own != core);
-    CHECK(s.find(", OpenBLAS kernel " + core + " (dp's choice for a CPU with ") != std::string::npos);
-    CHECK(s.find("OpenBLAS did not recognise the CPU and chose " + own + ";") != std::string::npos);
-    // dp leaves the environment as it found it.
-    CHECK((!set || !*set));
+  CHECK(s.find(dp::cpu_isa_name(isa)) != std::string::npos);
+  if (cap && std::string(cap) == "AVX2") {
+    CHECK((isa & ~unsigned(dnnl_cpu_isa_avx2)) == 0);  // oneDNN's sets nest: avx2's bits and no more
+    CHECK(s.find("avx512") == std::string::npos);
   }
-  // The products are right on the kernel chosen (the whole suite runs on it too).
+  // The products are right on the kernels chosen.
   const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12};
   float c[4] = {};
   dp::gemm(nullptr, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);

@@ -127,7 +127,7 @@ const char* const kAdam = R"({"type": "adam", "lr": 0.01})";
 // Under SGD with momentum and Adam, for each batch size, 1 device against
 // each N: the same parameters (within `tol`, require_close) and losses of 20 steps.
 void check_many_as_one(const std::string& json, const std::vector<int64_t>& batches, const std::vector<int>& ns,
-                       double tol = 1e-5) {
+                       double tol = 1e-5, double adam_tol = 0) {
   for (const char* opt : {kSgd, kAdam}) {
     for (int64_t batch : batches) {
       Run one = train(json.c_str(), "cpu:0", opt, batch, 20);
@@ -140,7 +140,7 @@ void check_many_as_one(const std::string& json, const std::vector<int64_t>& batc
         Run many = train(json.c_str(), cpu_devices(n), opt, batch, 20);
         int64_t chunk = (batch + n - 1) / n;
         CHECK(many.split.size() == static_cast<size_t>((batch + chunk - 1) / chunk));
-        require_close(one.params, many.params, tol);
+        require_close(one.params, many.params, opt == kAdam && adam_tol > 0 ? adam_tol : tol);
         for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
       }
     }
@@ -195,11 +195,12 @@ TEST_CASE("N devices train exactly as one: reduction sum (cross entropy with wei
 }
 
 // layer_norm over a sample's last dim and over all three: each row is its
-// own, so only the parameters' gradients cross devices. Within 3e-5: Adam
-// moves a parameter by about lr whatever its gradient's size, and the first
-// norm's biases, whose gradients over 7 rows nearly cancel, carry the
-// rounding of another order of sums to 1.7e-7 in 20 steps (1.7e-5 of
-// require_close's 1e-2 floor; SGD's and batch 30's stay within 1e-5).
+// own, so only the parameters' gradients cross devices. SGD within 1e-5;
+// Adam within 1e-4, the tolerance processes are held to (docs/distributed.md):
+// Adam moves a parameter by about lr whatever its gradient's size, and the
+// first norm's biases, whose gradients over 7 rows nearly cancel, carry the
+// rounding of another order of sums to 1.7e-5 (OpenBLAS's products) and
+// 3.3e-5 (oneDNN's) of require_close's 1e-2 floor in 20 steps.
 TEST_CASE("N devices train exactly as one: layer_norm") {
   std::string json = kConvModel;
   const std::string relu = R"({"type": "relu", "name": "r1"})";
@@ -207,7 +208,7 @@ TEST_CASE("N devices train exactly as one: layer_norm") {
   const std::string last = R"({"type": "linear", "out_features": 5})";
   json.replace(json.find(last), last.size(),
                R"({"type": "linear", "out_features": 6}, {"type": "layer_norm", "normalized_shape": 6, "eps": 1e-3}, )" + last);
-  check_many_as_one(json, {30, 7}, {3, 8}, 3e-5);
+  check_many_as_one(json, {30, 7}, {3, 8}, 1e-5, 1e-4);
 }
 
 TEST_CASE("N devices train exactly as one: branches, concat, grouped conv, MSE, balanced split") {

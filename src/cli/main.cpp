@@ -383,16 +383,6 @@ static std::string caption(const TrainOptions& o, const Data& data, int global_d
   return c + " \u00b7 " + std::to_string(o.epochs) + " epoch" + (o.epochs == 1 ? "" : "s");
 }
 
-// On CPUs, a note when OpenBLAS runs a kernel that uses less of the CPU than
-// it has and libdp could not change it, or one the CPU lacks (then
-// dp_device_name names the OPENBLAS_CORETYPE=... that would do).
-static void note_blas_kernel(const std::string& devices) {
-  const char* cpu = nullptr;
-  if (on_gpus(devices) || dp_device_name("cpu", 0, &cpu) != DP_OK || !std::strstr(cpu, "OPENBLAS_CORETYPE=")) return;
-  const char* of = std::strstr(cpu, " of ");
-  std::fprintf(stderr, "dp: note: the CPU devices run on %s (README, \"CPU speed\")\n", of ? of + 4 : cpu);
-}
-
 // --lr-schedule as a schedule's JSON (null: constant): "cosine" or any
 // type alone ("linear": its defaults; libdp names a key a type cannot do
 // without), or the JSON object; read before the
@@ -525,7 +515,6 @@ static int train(const TrainOptions& o) {
                  (long long)o.batch_size,
                  o.accumulate > 1 ? (", " + std::to_string(o.accumulate) + " accumulated per step").c_str() : "",
                  (long long)batches);
-  if (lead) note_blas_kernel(devices);
 
   // --accumulate K: each optimizer step takes K batches (the epoch's last
   // step what is left), each batch's loss scaled by its share of the step's
@@ -885,7 +874,6 @@ static int bench(const std::string& model_path, const std::string& devices, int6
   dp_process_group* pg = launch.pg.get();
   if (pg) g_rank = rank;
   Group group = make_group(model.get(), resolve_devices(devices, launch.local_processes, launch.local_rank), threads, pg);
-  if (rank == 0) note_blas_kernel(devices);
 
   dp_optimizer* op = nullptr;
   check(dp_optimizer_create(group.get(), optimizer.c_str(), &op), "--optimizer");

@@ -31,8 +31,8 @@ def device_count_why(kind='cuda'):
 
 def device_name(kind, index):
     """device_name('cuda', 0) -> 'NVIDIA H200, 139.8 GiB, compute capability 9.0';
-    device_name('cpu', 0) -> 'CPU core 0 of <the processor>, OpenBLAS kernel SkylakeX', followed by
-    advice naming an OPENBLAS_CORETYPE when OpenBLAS runs a kernel below the CPU's vector units."""
+    device_name('cpu', 0) -> 'CPU core 0 of <the processor>, oneDNN 2.6.3 sgemm, avx512_core' (the library
+    and instruction set of the CPU's matrix products)."""
     name = ctypes.c_char_p()
     _check(_lib.device_name(_text(kind, 'device_name: kind'), _int(index, 'device_name: index', _INT32),
                             ctypes.byref(name)))

@@ -96,7 +96,8 @@ DP_API void dp_context_destroy(dp_context* ctx);
 typedef enum dp_context_option {
   /* Bytes of host memory a model built from this context may take with its
    * groups, optimizers and batches (parameters, gradients, buffers, the
-   * replicas' gradients, optimizer state, activations), each estimated and
+   * replicas' gradients and layer scratch on CPUs (conv2d's unfolded input,
+   * per worker thread), optimizer state, activations), each estimated and
    * checked before it is allocated: what does not fit is refused with
    * DP_ERR_OUT_OF_MEMORY naming the layer and the bytes. 0 (default): the
    * machine's available memory at the time of each check (MemAvailable).

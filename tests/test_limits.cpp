@@ -112,6 +112,65 @@ TEST_CASE("DP_CONTEXT_MEMORY_LIMIT: model, group, optimizer state and a batch's 
   dp_context_destroy(ctx);
 }
 
+// A layer's scratch counts too (conv2d keeps one sample's unfolded input per
+// worker thread, whatever the batch): a kernel and padding of 200 on an 8x8
+// plane unfolds to 200*200 x 209*209 floats, 7 GB, which took 13.8 GB under a
+// 16 MB limit before the group counted it.
+TEST_CASE("DP_CONTEXT_MEMORY_LIMIT counts each worker thread's layer scratch (conv2d's unfolded input)") {
+  dp_context* ctx = nullptr;
+  DP_REQUIRE_OK(dp_context_create(&ctx));
+  DP_REQUIRE_OK(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, 16000000));
+  dp_model* huge = nullptr;
+  DP_REQUIRE_OK(build(ctx, R"({"input": {"shape": [1, 8, 8]}, "layers": [{"type": "conv2d", "out_channels": 1,
+    "kernel_size": 200, "padding": 200, "name": "wide"}, {"type": "flatten"}], "loss": {"type": "mse"}})", &huge));
+  dp_group* g = nullptr;
+  require_error(dp_group_create(huge, "cpu:0", &g), DP_ERR_OUT_OF_MEMORY,
+                {"a group of 1 CPU devices", "layer scratch", "1747280001 floats a thread", "/layers/0's (conv2d 'wide')",
+                 "16.0 MB"});
+  CHECK(g == nullptr);
+  dp_model_destroy(huge);
+
+  // 4 channels of 64x64, 3x3 with padding 1: 36 x 4096 unfolded floats and
+  // 148 of weight gradients, 590 kB a thread. The model (394 kB) and two
+  // devices of one thread (each 787 kB with its gradients) fit in 3 MB, and a
+  // batch of 2 rows (524 kB) beside them; two threads each (1.2 MB more) do
+  // not, and the group keeps its one.
+  DP_REQUIRE_OK(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, 3000000));
+  dp_model* m = nullptr;
+  DP_REQUIRE_OK(build(ctx, R"({"input": {"shape": [4, 64, 64]}, "layers": [{"type": "conv2d", "out_channels": 4,
+    "kernel_size": 3, "padding": 1}, {"type": "flatten"}, {"type": "linear", "out_features": 3}],
+    "loss": {"type": "cross_entropy"}})", &m));
+  DP_REQUIRE_OK(dp_group_create(m, "cpu:0,cpu:1", &g));
+  require_error(dp_group_set_option(g, DP_GROUP_THREADS_PER_DEVICE, 2), DP_ERR_OUT_OF_MEMORY,
+                {"2 threads per device", "590.4 kB a device", "/layers/0's (conv2d '0')", "3.0 MB"});
+  dp_optimizer* opt = nullptr;
+  DP_REQUIRE_OK(dp_optimizer_create(g, R"({"type": "sgd", "lr": 0.1})", &opt));
+  dp_tensor* x = make_f32(ctx, std::vector<float>(2 * 4 * 64 * 64, 0.5f), {2, 4, 64, 64});
+  dp_tensor* y = make_i64(ctx, {0, 2}, {2});
+  float loss = -1;
+  const dp_status st = dp_group_train_step(g, opt, x, y, &loss);
+  REQUIRE_MESSAGE(st == DP_OK, std::string(dp_last_error()));
+  CHECK(loss > 0);
+  // Without a limit the threads are given.
+  DP_REQUIRE_OK(dp_context_set_option(ctx, DP_CONTEXT_MEMORY_LIMIT, 0));
+  dp_model* m2 = nullptr;
+  DP_REQUIRE_OK(build(ctx, R"({"input": {"shape": [4, 64, 64]}, "layers": [{"type": "conv2d", "out_channels": 4,
+    "kernel_size": 3, "padding": 1}, {"type": "flatten"}, {"type": "linear", "out_features": 3}],
+    "loss": {"type": "cross_entropy"}})", &m2));
+  dp_group* g2 = nullptr;
+  DP_REQUIRE_OK(dp_group_create(m2, "cpu:0,cpu:1", &g2));
+  DP_REQUIRE_OK(dp_group_set_option(g2, DP_GROUP_THREADS_PER_DEVICE, 2));
+  DP_REQUIRE_OK(dp_group_set_option(g2, DP_GROUP_THREADS_PER_DEVICE, 1));
+  dp_group_destroy(g2);
+  dp_model_destroy(m2);
+  dp_tensor_destroy(x);
+  dp_tensor_destroy(y);
+  dp_optimizer_destroy(opt);
+  dp_group_destroy(g);
+  dp_model_destroy(m);
+  dp_context_destroy(ctx);
+}
+
 // Every check counted the model and one group only: a second group and a
 // second optimizer on the same model each fitted on their own, together far
 // past the limit. The model now keeps the bytes of all its groups and

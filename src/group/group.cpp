@@ -66,12 +66,15 @@ Group::Group(Model& model, const std::string& devices, ProcessGroup* procs) : mo
           checked_add(activation_floats_, node.out_shape.checked_numel(node.layer->path + " output"), "activations");
     activation_floats_ = checked_mul(activation_floats_, 2, "activations and their gradients");
     if (gpu_ordinals_.empty()) {
-      replica_bytes_ = static_cast<uint64_t>(checked_mul(
-          checked_mul(static_cast<int64_t>(n), checked_add(model_.num_params(), model_.stats_total, "replica"), "replicas"),
-          4, "replicas"));
+      for (const Node& node : model_.nodes)
+        scratch_floats_ = checked_add(scratch_floats_, node.layer->scratch_floats(), "layer scratch");
+      const int64_t per_replica =
+          checked_add(checked_add(model_.num_params(), model_.stats_total, "replica"), scratch_floats_, "replica");
+      replica_bytes_ = static_cast<uint64_t>(
+          checked_mul(checked_mul(static_cast<int64_t>(n), per_replica, "replicas"), 4, "replicas"));
       check_fits(model_.held_total(), replica_bytes_, model_.memory_limit,
-                 "a group of " + std::to_string(n) + " CPU devices (each replica's gradients and statistics: " +
-                     std::to_string(model_.num_params() + model_.stats_total) + " floats)");
+                 "a group of " + std::to_string(n) + " CPU devices (each replica's gradients, statistics and layer " +
+                     "scratch: " + std::to_string(per_replica) + " floats" + largest_scratch() + ")");
     }
     engine_ = gpu_ordinals_.empty() ? make_cpu_engine(model_, size(), 1) : make_cuda_engine(model_, gpu_ordinals_);
   } catch (const Error& e) {
@@ -147,10 +150,31 @@ void Group::check_activations(int64_t rows) {
                  at->layer->type + " '" + at->layer->name + "') with " + std::to_string(largest) + " floats a row)");
 }
 
+// ", the most conv2d's unfolded input at /layers/0 (...)": the layer with
+// the most scratch, when there is any.
+std::string Group::largest_scratch() const {
+  const Node* at = nullptr;
+  for (const Node& node : model_.nodes)
+    if (node.layer->scratch_floats() > (at ? at->layer->scratch_floats() : 0)) at = &node;
+  if (!at) return "";
+  return "; the most scratch, " + std::to_string(at->layer->scratch_floats()) + " floats a thread, is " +
+         at->layer->path + "'s (" + at->layer->type + " '" + at->layer->name + "')";
+}
+
 void Group::set_threads_per_device(int threads) {
   if (threads < 1 || threads > 256) fail(DP_ERR_INVALID_ARGUMENT, "threads per device must be in [1, 256], got " + std::to_string(threads));
   if (on_gpus()) return;  // a GPU replica's work is on its GPU
+  // Each worker thread keeps its own layer scratch: checked before the
+  // engine makes the threads.
+  const uint64_t scratch = 4 * static_cast<uint64_t>(scratch_floats_) * static_cast<uint64_t>(size());
+  if (threads > threads_)
+    check_fits(model_.held_total(), scratch * static_cast<uint64_t>(threads - threads_), model_.memory_limit,
+               std::to_string(threads) + " threads per device (layer scratch for each thread: " +
+                   format_bytes(double(scratch) / size()) + " a device" + largest_scratch() + ")");
   engine_->set_threads_per_device(threads);
+  replica_bytes_ = replica_bytes_ - scratch * static_cast<uint64_t>(threads_) + scratch * static_cast<uint64_t>(threads);
+  threads_ = threads;
+  held_.set(model_.attached_bytes, held_bytes());
   have_forward_ = false;  // new replicas hold no forward, and no activations
   seen_split_.clear();
 }

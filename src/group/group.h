@@ -148,7 +148,10 @@ class Group {
   // step beyond them allocates (checked first, and applied only at its end).
   int64_t seen_rows_ = 0;
   std::vector<int64_t> seen_split_;
-  uint64_t replica_bytes_ = 0;   // the replicas' gradients and statistics (CPU)
+  uint64_t replica_bytes_ = 0;   // the replicas' gradients, statistics and layer scratch (CPU)
+  int64_t scratch_floats_ = 0;   // layer scratch of one worker thread of a replica (CPU)
+  int threads_ = 1;              // worker threads per CPU device
+  std::string largest_scratch() const;
   int64_t activation_floats_ = 0;  // per sample: every layer's output, and its gradient
   HeldShare held_;                 // held_bytes(), in the model's attached_bytes
 };

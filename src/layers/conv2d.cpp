@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/blas.h"
+#include "core/memory.h"
 #include "layers/builtin.h"
 #include "layers/conv2d.h"
 #include "layers/util.h"
@@ -121,6 +122,14 @@ class Conv2d final : public Layer, public Conv2dAttrs {
     parallel_for(parts > 1 ? pool : nullptr, parts, 1, [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) f(p, n * p / parts, n * (p + 1) / parts);
     });
+  }
+
+  // Per worker thread: one sample's unfolded input (none for a pointwise
+  // convolution), and in backward the weight gradients of a thread beyond
+  // the first.
+  int64_t scratch_floats() const override {
+    const int64_t col = pointwise() ? 0 : checked_mul(col_rows(), Ho_ * Wo_, path + " unfolded input");
+    return checked_add(col, wsize() + (bias_ ? cout_ : 0), path + " scratch");
   }
 
   void forward(const RunCtx& ctx, LayerIO& io) const override {

@@ -96,6 +96,11 @@ class Layer {
   virtual std::vector<TensorSpec> buffers() const { return {}; }
   // Floats of per-replica statistics a training forward writes (batch norm).
   virtual int64_t stats_size() const { return 0; }
+  // Floats of scratch a CPU replica keeps for this layer per worker thread,
+  // whatever the batch (conv2d's unfolded input): the group counts them
+  // against the model's memory limit before any step allocates them. After
+  // infer; DP_ERR_SHAPE (checked_mul) if the count overflows.
+  virtual int64_t scratch_floats() const { return 0; }
   // Offsets within this layer's parameters (increasing, inside (0, count))
   // at which its CPU backward reports gradients final early (LayerIO::
   // grads_final): a large layer's gradient then reaches the reduction in

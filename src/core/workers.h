@@ -2,8 +2,13 @@
 // of n workers owns n-1 threads. Used twice: by a device group (one worker per
 // device, task i always runs on worker i) and inside a device (intra-op
 // parallelism). No allocation per run(): tasks are a function pointer and a
-// context pointer.
+// context pointer. A worker that runs out of work, and the caller waiting
+// for the others, spin briefly (about 50 microseconds) before they sleep on
+// the condition variable: a step runs dozens of parallel regions a few
+// microseconds apart, and waking a sleeping thread costs tens of
+// microseconds on a virtual machine (OpenMP runtimes spin likewise).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -34,9 +39,10 @@ class Workers {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  // Written under mu_ (so that sleepers see them), read by spinners without it.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
   int tasks_ = 0;
   void (*fn_)(void*, int) = nullptr;
   void* ctx_ = nullptr;

@@ -42,14 +42,14 @@ if [ -z "$modules" ]; then
   echo "$0: meson introspect listed no plugin modules in $build" >&2
   exit 1
 fi
-targets="tests/test_capi tests/test_equivalence tests/test_faults tests/test_training_knobs
+targets="tests/test_workers tests/test_capi tests/test_equivalence tests/test_faults tests/test_training_knobs
   tests/data/test_data
   $modules
   tests/plugins/test_plugins
   tests/engine/test_local_comm tests/engine/test_model_sync
   tests/dist/test_dist_store tests/dist/test_dist_gloo tests/dist/test_dist_train
   src/cli/dp"
-tests='capi equivalence faults training_knobs data plugins local_comm model_sync dist_store dist_gloo dist_train dist_launch'
+tests='workers capi equivalence faults training_knobs data plugins local_comm model_sync dist_store dist_gloo dist_train dist_launch'
 
 # shellcheck disable=SC2086
 ninja -C "$build" $targets

@@ -1,6 +1,7 @@
 #include "core/blas.h"
 
 #include <dnnl.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,27 @@ extern "C" void omp_set_num_threads(int);
 
 namespace dp {
 
+// oneDNN 2.6's JIT kernels point the stack pointer into a heap buffer
+// while they run (blas.h, SignalsHeld).
+namespace {
+thread_local bool t_signals_held = false;
+}  // namespace
+
+SignalsHeld::SignalsHeld() : hold_(!t_signals_held) {
+  if (!hold_) return;
+  sigset_t all;
+  sigfillset(&all);
+  for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, fault);
+  pthread_sigmask(SIG_BLOCK, &all, &old_);
+  t_signals_held = true;
+}
+
+SignalsHeld::~SignalsHeld() {
+  if (!hold_) return;
+  t_signals_held = false;
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
 // One product on the calling thread. Debian's oneDNN runs on OpenMP and
 // would start a team of omp_get_max_threads() threads for each call (dp's
 // device threads would then compete with it), so the calling thread's
@@ -28,6 +50,7 @@ static void gemm1(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   if (M <= 0 || N <= 0) return;
   const int threads = omp_get_max_threads();
   if (threads != 1) omp_set_num_threads(1);
+  const SignalsHeld held;
   const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (threads != 1) omp_set_num_threads(threads);
   if (s == dnnl_out_of_memory) throw std::bad_alloc();

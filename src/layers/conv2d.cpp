@@ -151,6 +151,7 @@ class Conv2d final : public Layer, public Conv2dAttrs {
     const float* xs = x.f32();
     float* ys = io.out->f32();
     run_parts(ctx.pool, parts, n, [&](int64_t p, int64_t sb, int64_t se) {
+      const SignalsHeld held;  // once for this part's products (core/blas.h)
       for (int64_t i = sb; i < se; ++i) {
         const float* xi = xs + i * cin_ * H_ * W_;
         float* yi = ys + i * cout_ * HoWo;
@@ -199,6 +200,7 @@ class Conv2d final : public Layer, public Conv2dAttrs {
     const float* xs = x.f32();
     const float* gs = io.gout->f32();
     run_parts(ctx.pool, parts, n, [&](int64_t p, int64_t sb, int64_t se) {
+      const SignalsHeld held;  // once for this part's products (core/blas.h)
       float* dW = p == 0 ? io.grads : gacc + (p - 1) * gsize;
       float* c = pw ? nullptr : colbuf + p * col_rows() * HoWo;
       for (int64_t i = sb; i < se; ++i) {

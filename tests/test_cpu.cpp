@@ -4,9 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <dnnl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <dnnl.h>
 
 #include <atomic>
 #include <chrono>
@@ -120,19 +120,15 @@ TEST_CASE("a signal during a product corrupts neither the product nor the heap, 
   dp::gemm(nullptr, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);  // integers: exact
   dp::Workers pool(2);
   for (dp::Workers* p : {static_cast<dp::Workers*>(nullptr), &pool}) {
-    // Signal every thread that runs products: the caller, and the pool's worker.
+    // Signal every thread that runs products: the caller, and the pool's worker (task 1 runs on worker 1).
     std::vector<pthread_t> targets{pthread_self()};
-    std::atomic<bool> got_worker{false};
-    pthread_t worker{};
-    struct Who {
-      pthread_t* worker;
-      std::atomic<bool>* got;
-    } who{&worker, &got_worker};
-    if (p)
+    if (p) {
+      pthread_t worker{};
       p->run(2, [](void* c, int t) {
-        if (t == 1) *static_cast<Who*>(c)->worker = pthread_self(), *static_cast<Who*>(c)->got = true;
-      }, &who);
-    if (got_worker) targets.push_back(worker);
+        if (t == 1) *static_cast<pthread_t*>(c) = pthread_self();
+      }, &worker);
+      targets.push_back(worker);
+    }
     std::atomic<bool> done{false};
     const int before = g_handled.load();
     std::thread sender([&] {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/simd.h"
 
 namespace dp {
 
@@ -36,6 +37,15 @@ LocalComm::LocalComm(int members, int max_pending, SumFn sum, int64_t chunk, Don
 
 LocalComm::~LocalComm() = default;
 
+// The sum's passes, cloned for AVX2 (core/simd.h): out[i] = x[i] + y[i], or
+// out[i] += x[i] when y is null. out may be x.
+DP_VECTOR_CLONES static void add_pass(float* out, const float* x, const float* y, int64_t b, int64_t e) {
+  if (y)
+    for (int64_t i = b; i < e; ++i) out[i] = x[i] + y[i];
+  else
+    for (int64_t i = b; i < e; ++i) out[i] += x[i];
+}
+
 void LocalComm::host_sum(float* out, const float* const* in, int k, int64_t b, int64_t e) {
   const size_t bytes = static_cast<size_t>(e - b) * sizeof(float);
   if (k == 0) {
@@ -48,14 +58,8 @@ void LocalComm::host_sum(float* out, const float* const* in, int k, int64_t b, i
   }
   // The first two sources in one pass, then one pass per further source;
   // out may be in[0] (each element is read before it is written).
-  float* o = out;
-  const float* x = in[0];
-  const float* y = in[1];
-  for (int64_t i = b; i < e; ++i) o[i] = x[i] + y[i];
-  for (int j = 2; j < k; ++j) {
-    const float* z = in[j];
-    for (int64_t i = b; i < e; ++i) o[i] += z[i];
-  }
+  add_pass(out, in[0], in[1], b, e);
+  for (int j = 2; j < k; ++j) add_pass(out, in[j], nullptr, b, e);
 }
 
 void LocalComm::check_aborted() {

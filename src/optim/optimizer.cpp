@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/args.h"
 #include "core/memory.h"
+#include "core/simd.h"
 #include "optim/rules.h"
 
 namespace dp {
@@ -181,6 +182,33 @@ struct StateBudget {
   }
 };
 
+// The updates' loops over [b, e): one per case, each branch-free, so each
+// vectorises (and is cloned for AVX2: core/simd.h).
+DP_VECTOR_CLONES void sgd_loop(const OptimRule r, float* __restrict p, const float* __restrict g, float* __restrict buf,
+                               int64_t b, int64_t e) {
+  switch (r.kind) {
+    case OptimRule::kSgd:
+      for (int64_t i = b; i < e; ++i) sgd_plain(p[i], g[i], r);
+      break;
+    case OptimRule::kSgdMomentumFirst:
+      for (int64_t i = b; i < e; ++i) sgd_first(p[i], g[i], buf[i], r);
+      break;
+    case OptimRule::kSgdNesterov:
+      for (int64_t i = b; i < e; ++i) sgd_nesterov(p[i], g[i], buf[i], r);
+      break;
+    default:
+      for (int64_t i = b; i < e; ++i) sgd_momentum(p[i], g[i], buf[i], r);
+  }
+}
+
+DP_VECTOR_CLONES void adam_loop(const OptimRule r, float* __restrict p, const float* __restrict g, float* __restrict m,
+                                float* __restrict v, int64_t b, int64_t e) {
+  if (adam_lerp_from_start(r))
+    for (int64_t i = b; i < e; ++i) adam_from<true>(p[i], g[i], m[i], v[i], r);
+  else
+    for (int64_t i = b; i < e; ++i) adam_from<false>(p[i], g[i], m[i], v[i], r);
+}
+
 // torch.optim.SGD: d = g + wd*p; with momentum, buf = d on the first step,
 // else momentum*buf + (1-dampening)*d, and d = nesterov ? d + momentum*buf : buf;
 // p -= lr*d. One branch-free loop per case, so each vectorises.
@@ -214,23 +242,8 @@ class Sgd : public Optimizer {
     return r;
   }
 
-  // One loop per case, each branch-free, so each vectorises.
   void update(float* __restrict p, const float* __restrict g, int64_t b, int64_t e) override {
-    const OptimRule r = rule();
-    float* __restrict buf = buf_.data();
-    switch (r.kind) {
-      case OptimRule::kSgd:
-        for (int64_t i = b; i < e; ++i) sgd_plain(p[i], g[i], r);
-        break;
-      case OptimRule::kSgdMomentumFirst:
-        for (int64_t i = b; i < e; ++i) sgd_first(p[i], g[i], buf[i], r);
-        break;
-      case OptimRule::kSgdNesterov:
-        for (int64_t i = b; i < e; ++i) sgd_nesterov(p[i], g[i], buf[i], r);
-        break;
-      default:
-        for (int64_t i = b; i < e; ++i) sgd_momentum(p[i], g[i], buf[i], r);
-    }
+    sgd_loop(rule(), p, g, buf_.data(), b, e);
   }
 
   std::vector<std::pair<std::string, std::vector<float>*>> state() override {
@@ -286,13 +299,7 @@ class Adam : public Optimizer {
   }
 
   void update(float* __restrict p, const float* __restrict g, int64_t b, int64_t e) override {
-    const OptimRule r = rule();
-    float* __restrict m = m_.data();
-    float* __restrict v = v_.data();
-    if (adam_lerp_from_start(r))
-      for (int64_t i = b; i < e; ++i) adam_from<true>(p[i], g[i], m[i], v[i], r);
-    else
-      for (int64_t i = b; i < e; ++i) adam_from<false>(p[i], g[i], m[i], v[i], r);
+    adam_loop(rule(), p, g, m_.data(), v_.data(), b, e);
   }
 
   std::vector<std::pair<std::string, std::vector<float>*>> state() override {

@@ -13,8 +13,13 @@
 // was 9% of the 2-device step's CPU time in `perf record`. Whole steps moved
 // less than the machine's noise. Other compilers (clang: its AVX-512 would
 // bring FMA in) and other processors get the baseline loop.
+//
+// Not under GCC's sanitizers: the dynamic loader runs an ifunc's resolver
+// while it relocates, before the sanitizer's runtime is up, and GCC's TSan
+// build crashed there (every TSan test: SIGSEGV in _dl_relocate_object).
 #pragma once
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define DP_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define DP_VECTOR_CLONES

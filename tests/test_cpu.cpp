@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,6 +20,9 @@
 
 #include "core/blas.h"
 #include "core/workers.h"
+#include "engine/local_comm.h"
+#include "optim/optimizer.h"
+#include "optim/rules.h"
 #include "dp.h"
 
 extern "C" int omp_get_max_threads(void);
@@ -156,6 +160,53 @@ TEST_CASE("a signal during a product corrupts neither the product nor the heap, 
     CHECK(g_handled.load() > before);  // delivered, not lost
   }
   sigaction(SIGUSR1, &old, nullptr);
+}
+
+// core/simd.h: the loops over every parameter run as the clone the CPU picks
+// (AVX2 where it has it); each must give the bits of the scalar rule, element
+// by element, as this file (compiled for the baseline, no FMA) computes them.
+// A clone with FMA (GCC contracts a*b + c in C++ by default) fails here:
+// target_clones("fma", ...) did, for four of the five optimizers.
+TEST_CASE("the optimizers' update loops and the replicas' sum give the scalar formulas' bits") {
+  const int64_t n = 1003;  // not a multiple of any vector width
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<float> p0(n), g(n), g1(n), g2(n);
+  for (int64_t i = 0; i < n; ++i) p0[i] = u(rng), g[i] = u(rng), g1[i] = u(rng), g2[i] = u(rng);
+  for (const char* json : {R"({"type": "sgd", "lr": 0.1})", R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.01})",
+                           R"({"type": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true})",
+                           R"({"type": "adam", "lr": 0.01, "weight_decay": 0.01})", R"({"type": "adamw", "lr": 0.01})"}) {
+    const std::string text = json;
+    CAPTURE(text);
+    auto opt = dp::Optimizer::from_json(text, n);
+    std::vector<float> p = p0, want = p0, s1(n, 0.f), s2(n, 0.f);
+    for (int step = 0; step < 3; ++step) {  // the first step, and those after it
+      opt->start_step();
+      const dp::OptimRule r = opt->rule();
+      opt->update(p.data(), g.data(), 1, n);  // unaligned start
+      for (int64_t i = 1; i < n; ++i) {
+        switch (r.kind) {
+          case dp::OptimRule::kSgd: dp::sgd_plain(want[i], g[i], r); break;
+          case dp::OptimRule::kSgdMomentumFirst: dp::sgd_first(want[i], g[i], s1[i], r); break;
+          case dp::OptimRule::kSgdNesterov: dp::sgd_nesterov(want[i], g[i], s1[i], r); break;
+          case dp::OptimRule::kSgdMomentum: dp::sgd_momentum(want[i], g[i], s1[i], r); break;
+          case dp::OptimRule::kAdam: dp::adam(want[i], g[i], s1[i], s2[i], r); break;
+        }
+      }
+    }
+    int differ = 0;
+    for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&p[i], &want[i], sizeof(float)) != 0;
+    CHECK(differ == 0);
+  }
+  std::vector<float> out(n);
+  const float* in[3] = {g.data(), g1.data(), g2.data()};
+  dp::LocalComm::host_sum(out.data(), in, 3, 1, n);
+  int differ = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    const float want = (g[i] + g1[i]) + g2[i];
+    differ += std::memcmp(&out[i], &want, sizeof(float)) != 0;
+  }
+  CHECK(differ == 0);
 }
 
 TEST_CASE("dp_device_name(\"cpu\") names the processor, oneDNN and the instruction set its kernels run") {

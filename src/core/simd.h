@@ -2,8 +2,10 @@
 // each step (the optimizers' updates, the replicas' gradient sum): GCC
 // compiles it twice, for the x86-64 baseline (SSE2, 4 floats a vector) and
 // for AVX2 (8), and the loader picks one by the CPU once (an ifunc). Neither
-// clone has FMA (AVX2 alone enables none) and each element's operations stay
-// the same, in the same order, so both compute the same bits.
+// clone has FMA (AVX2 alone enables none; GCC would contract a*b + c into
+// one where it could) and each element's operations stay the same, in the
+// same order, so both compute the same bits (tests/test_cpu.cpp checks them
+// against the scalar formulas).
 //
 // Measured with a throwaway loop (not kept) on a 2-core Xeon VM with
 // AVX-512: the 2-replica sum then the momentum SGD update over the

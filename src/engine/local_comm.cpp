@@ -37,13 +37,10 @@ LocalComm::LocalComm(int members, int max_pending, SumFn sum, int64_t chunk, Don
 
 LocalComm::~LocalComm() = default;
 
-// The sum's passes, cloned for AVX2 (core/simd.h): out[i] = x[i] + y[i], or
-// out[i] += x[i] when y is null. out may be x.
+// One pass of the sum, cloned for AVX2 (core/simd.h): out[i] = x[i] + y[i];
+// out may be x.
 DP_VECTOR_CLONES static void add_pass(float* out, const float* x, const float* y, int64_t b, int64_t e) {
-  if (y)
-    for (int64_t i = b; i < e; ++i) out[i] = x[i] + y[i];
-  else
-    for (int64_t i = b; i < e; ++i) out[i] += x[i];
+  for (int64_t i = b; i < e; ++i) out[i] = x[i] + y[i];
 }
 
 void LocalComm::host_sum(float* out, const float* const* in, int k, int64_t b, int64_t e) {
@@ -59,7 +56,7 @@ void LocalComm::host_sum(float* out, const float* const* in, int k, int64_t b, i
   // The first two sources in one pass, then one pass per further source;
   // out may be in[0] (each element is read before it is written).
   add_pass(out, in[0], in[1], b, e);
-  for (int j = 2; j < k; ++j) add_pass(out, in[j], nullptr, b, e);
+  for (int j = 2; j < k; ++j) add_pass(out, out, in[j], b, e);
 }
 
 void LocalComm::check_aborted() {

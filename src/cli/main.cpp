@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -55,7 +56,12 @@ static void load_plugins(dp_context* ctx, const std::vector<std::string>& paths,
   for (const auto& p : paths) check(dp_context_load_plugin(ctx, p.c_str()), named);  // libdp's message names p
 }
 
-static volatile std::sig_atomic_t g_stop = 0;  // the signal that asked to stop (SIGINT, SIGTERM), or 0
+// The signal that asked to stop (SIGINT, SIGTERM), or 0. An atomic, not a
+// volatile sig_atomic_t: the handler may run on any thread (Open MPI's PMIx
+// thread leaves the signals unblocked), and a lock-free atomic is both
+// async-signal-safe and free of a data race across threads (TSan found one).
+static std::atomic<int> g_stop{0};
+static_assert(std::atomic<int>::is_always_lock_free, "g_stop is written in a signal handler");
 static int g_rank = -1;  // in a process group: this process's rank (errors name it)
 // The first Ctrl-C (or SIGTERM: a batch system's preemption, Kubernetes'
 // pod deletion) stops after the current step, with a checkpoint (in a
@@ -65,13 +71,13 @@ static int g_rank = -1;  // in a process group: this process's rank (errors name
 // launchers pass a terminal's Ctrl-C on and then send SIGTERM themselves
 // (torchrun within milliseconds), which must not cost the checkpoint.
 static void on_stop_signal(int sig) {
-  if (g_stop) {
-    if (g_stop != sig) return;  // already stopping
+  int none = 0;
+  if (!g_stop.compare_exchange_strong(none, sig)) {
+    if (none != sig) return;  // already stopping, for the other kind
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
   }
-  g_stop = sig;
   static const char msg_int[] = "\ndp: Ctrl-C: stopping after this step (Ctrl-C again to quit at once)\n";
   static const char msg_term[] = "\ndp: SIGTERM: stopping after this step (a second one quits at once)\n";
   const bool term = sig == SIGTERM;

@@ -69,6 +69,8 @@ struct Harness {
   Shape out_sample;
   std::vector<TensorSpec> param_specs, buffer_specs;
   std::vector<float> params, grads, buffers, stats;
+  bool assign_grads = false;                               // LayerIO::assign_grads of backward()
+  void (*grads_final)(void*, int64_t) = nullptr;            // LayerIO::grads_final of backward() (user null)
   std::vector<Tensor> scratch;
   Tensor out;
   std::vector<Tensor> gin;
@@ -119,6 +121,8 @@ struct Harness {
   void backward(const std::vector<const Tensor*>& in, const Tensor& gout, std::vector<bool> need = {}) {
     LayerIO x = io(in);
     x.gout = &gout;
+    x.assign_grads = assign_grads;
+    x.grads_final = grads_final;
     for (size_t i = 0; i < in.size(); ++i) x.gin.push_back(need.empty() || need[i] ? &gin[i] : nullptr);
     long a = alloc_counter ? alloc_counter() : 0;
     layer->backward(ctx, x);

@@ -45,6 +45,7 @@ void Replica::io_for(size_t k) {
   io.gin.clear();
   io.params = params_ + n.param_offset;
   io.grads = grads_at_ + n.param_offset;
+  io.assign_grads = false;
   io.buffers = buffers_ + n.buffer_offset;
   io.stats = stats_.f32() + n.stats_offset;
   io.scratch = &scratch_[k];
@@ -68,13 +69,17 @@ void Replica::backward(const RunCtx& ctx, const Tensor& grad_output) {
   for (size_t k = last + 1; k-- > 0;) {
     const Node& n = model_.nodes[k];
     const Tensor* gout = k == last ? &gout_view : &act_grads_[k];
-    if (by_layer && n.param_count > 0) exec_->zero(grads_at_ + n.param_offset, n.param_count);
-    if (k != last && !grad_ready_[k]) {  // nothing downstream used it
+    const bool unused = k != last && !grad_ready_[k];  // nothing downstream used it
+    // Zeroed here, by layer, unless the layer's backward overwrites them.
+    const bool assign = by_layer && !unused && n.layer->assigns_grads();
+    if (by_layer && n.param_count > 0 && !assign) exec_->zero(grads_at_ + n.param_offset, n.param_count);
+    if (unused) {
       exec_->backward_done(k);
       continue;
     }
     io_for(k);
     io_.gout = gout;
+    io_.assign_grads = assign;
     node_ = k;
     if (exec_->wants_partial()) io_.grads_final = &Replica::final_from, io_.final_user = this;
     for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -58,6 +58,9 @@ struct LayerIO {
   std::vector<Tensor*> gin;
   const float* params = nullptr;  // this layer's parameters, in declaration order
   float* grads = nullptr;         // their gradients: backward ACCUMULATES (+=)
+  // backward: overwrite grads (=) instead of adding to them. Set only for a
+  // layer whose assigns_grads() is true, in place of zeroing them first.
+  bool assign_grads = false;
   const float* buffers = nullptr; // this layer's buffers (running statistics), shared
   float* stats = nullptr;         // per replica, stats_size() floats, written by a training forward
   std::vector<Tensor>* scratch = nullptr;  // per replica and layer, kept across steps
@@ -106,6 +109,10 @@ class Layer {
   // grads_final): a large layer's gradient then reaches the reduction in
   // pieces. The same on every replica; none by default.
   virtual std::vector<int64_t> grad_splits() const { return {}; }
+  // Whether backward honours LayerIO::assign_grads: then it writes every one
+  // of its gradients, and the replica need not zero them before (a pass over
+  // them per step saved).
+  virtual bool assigns_grads() const { return false; }
 
   virtual void forward(const RunCtx& ctx, LayerIO& io) const = 0;
   virtual void backward(const RunCtx& ctx, LayerIO& io) const = 0;

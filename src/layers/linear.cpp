@@ -61,9 +61,13 @@ class Linear final : public Layer, public LinearAttrs {
       io.gin[0]->resize(DP_F32, x.shape());
       gemm(ctx.pool, false, false, R, in_, out_, 1.f, g, out_, W, in_, 0.f, io.gin[0]->f32(), in_);
     }
+    // Added to the gradients, or with io.assign_grads written over them
+    // (beta = 0, and the bias's sum starts from its first row).
+    const bool assign = io.assign_grads;
     if (bias_) {  // first: it ends the parameters, the first piece reported final
       float* db = dW + out_ * in_;
       parallel_for(ctx.pool, out_, 64, [&](int64_t lo, int64_t hi) {
+        if (assign) std::fill(db + lo, db + hi, 0.f);
         for (int64_t r = 0; r < R; ++r)
           for (int64_t j = lo; j < hi; ++j) db[j] += g[r * out_ + j];
       });
@@ -75,10 +79,12 @@ class Linear final : public Layer, public LinearAttrs {
     const int64_t block = io.grads_final ? split_rows() : out_;
     for (int64_t o0 = (out_ - 1) / block * block; o0 >= 0; o0 -= block) {
       const int64_t rows = std::min(block, out_ - o0);
-      gemm(ctx.pool, true, false, rows, in_, R, 1.f, g + o0, out_, x.f32(), in_, 1.f, dW + o0 * in_, in_);
+      gemm(ctx.pool, true, false, rows, in_, R, 1.f, g + o0, out_, x.f32(), in_, assign ? 0.f : 1.f, dW + o0 * in_, in_);
       if (o0 > 0 && io.grads_final) io.grads_final(io.final_user, o0 * in_);
     }
   }
+
+  bool assigns_grads() const override { return true; }
 
   std::vector<int64_t> grad_splits() const override {
     std::vector<int64_t> s;

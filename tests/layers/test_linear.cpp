@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 
 #include "common.h"
 
@@ -68,6 +69,39 @@ TEST_CASE("linear: grads accumulate, gin may be null") {
   h.backward({&x}, y, {false});
   CHECK(h.gin[0].data() == nullptr);
   for (size_t i = 0; i < g1.size(); ++i) CHECK(h.grads[i] == doctest::Approx(2 * g1[i]));
+}
+
+// What the replica relies on when it skips zeroing a linear layer's
+// gradients (Layer::assigns_grads): backward writes every one of them, the
+// same bits as zeroing and then adding, with and without a listener for the
+// weight gradient's blocks (and so with one product or several).
+TEST_CASE("linear: with assign_grads, backward writes over the gradients, the bits of zeroing and adding") {
+  CHECK(make_layer({{"type", "linear"}, {"out_features", 2}})->assigns_grads());
+  for (bool bias : {true, false})
+    for (bool blocks : {false, true}) {
+      CAPTURE(bias);
+      CAPTURE(blocks);
+      auto l = make_layer({{"type", "linear"}, {"out_features", 200}, {"bias", bias}});
+      Harness add(*l, {Shape{784}}), assign(*l, {Shape{784}});
+      add.randomize_params(3);
+      assign.params = add.params;
+      Tensor x = random_tensor(Shape{24, 784}, 5);
+      Tensor g = random_tensor(Shape{24, 200}, 6);
+      add.forward({&x});
+      assign.forward({&x});
+      int64_t reported = 0;
+      static int64_t* count;
+      count = &reported;
+      auto listener = +[](void*, int64_t) { ++*count; };
+      if (blocks) add.grads_final = assign.grads_final = listener;
+      std::fill(assign.grads.begin(), assign.grads.end(), std::nanf(""));  // what a step left: overwritten
+      assign.assign_grads = true;
+      add.backward({&x}, g, {false});
+      assign.backward({&x}, g, {false});
+      if (blocks) CHECK(reported == 2 * 2);  // 200 rows in blocks of 84: two splits, each reported by both
+      REQUIRE(add.grads.size() == assign.grads.size());
+      for (size_t i = 0; i < add.grads.size(); ++i) REQUIRE(std::memcmp(&add.grads[i], &assign.grads[i], 4) == 0);
+    }
 }
 
 TEST_CASE("linear: errors") {

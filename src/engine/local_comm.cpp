@@ -122,7 +122,7 @@ void LocalComm::start(int member, const float* in, float* out, int64_t count, in
     std::lock_guard<std::mutex> lock(mu_);
   }
   cv_.notify_all();
-  work(op);
+  if (eager_) work(op);  // otherwise members compute it in wait()
 }
 
 // Claims and computes chunks of `op` until none is left to claim.

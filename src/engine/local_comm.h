@@ -1,10 +1,9 @@
 // The communicator of one process's replicas that can read each other's
 // memory: CPU replicas (threads), or replicas sharing a GPU (then the sum
-// runs as a kernel on that GPU's stream). Each collective is computed by the
-// member that arrives last, in chunks that members waiting in wait() help
-// with; so a CPU replica that finishes its backward first spends its wait
-// summing, and the buckets of earlier layers are summed while later ones
-// still run backward.
+// runs as a kernel on that GPU's stream). Each collective is computed in
+// chunks by the members waiting in wait() and (eager, the default) by the
+// member that arrives last, at once; so a CPU replica that finishes its
+// backward first spends its wait summing.
 //
 // all_reduce accepts a null `in` (an idle replica adds nothing; with every in
 // null, out is zeroed) and members that share one `out` (it is written once).
@@ -44,6 +43,12 @@ class LocalComm final : public Communicator {
   void abort(const std::string& why) override;
   bool reset() override;
 
+  // Eager (the default): the member that joins a collective last computes
+  // it at once, with those already waiting. Not eager: only members in
+  // wait() compute collectives, so a member still running its backward is
+  // never delayed by one (the members that finished first do the work).
+  void set_eager(bool eager) { eager_ = eager; }
+
   // The host sum (CPU replicas): a plain loop per source, vectorised.
   static void host_sum(float* out, const float* const* in, int k, int64_t begin, int64_t end);
 
@@ -55,6 +60,7 @@ class LocalComm final : public Communicator {
 
   const int members_;
   const int64_t chunk_;
+  bool eager_ = true;
   SumFn sum_;
   DoneFn done_;
   std::vector<std::unique_ptr<Op>> ring_;  // collective s lives in ring_[s % size]

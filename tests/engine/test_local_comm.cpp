@@ -54,30 +54,34 @@ std::vector<Bucket> buckets_of(int64_t n, int64_t size) {
 TEST_CASE("LocalComm: all-reduce from the members' threads equals the sequential sum, bitwise") {
   for (int members : {1, 2, 3, 8}) {
     for (int64_t chunk : {int64_t(0), int64_t(7), int64_t(1000)}) {
-      CAPTURE(members);
-      CAPTURE(chunk);
-      const int64_t n = 5000;
-      Setup s(members, n, 42 + members);
-      std::vector<bool> idle(members, false);
-      if (members > 2) idle[members - 1] = true;  // outside the split: adds nothing
-      // Member 0's buffer is the shared destination, as the CPU engine does it.
-      std::vector<float> out0 = s.in[0];
-      auto buckets = buckets_of(n, 777);
-      LocalComm comm(members, static_cast<int>(buckets.size()), &LocalComm::host_sum, chunk);
-      for (int round = 0; round < 3; ++round) {  // reused across runs, as across steps
-        std::vector<float> dst = out0;
-        std::vector<std::thread> threads;
-        for (int m = 0; m < members; ++m)
-          threads.emplace_back([&, m] {
-            for (const Bucket& b : buckets) {
-              const float* in = idle[m] ? nullptr : (m == 0 ? dst.data() : s.in[m].data()) + b.begin;
-              comm.all_reduce(m, in, dst.data() + b.begin, b.count);
-            }
-            comm.wait(m);
-          });
-        for (auto& t : threads) t.join();
-        std::vector<float> want = expected(s, idle);
-        for (int64_t i = 0; i < n; ++i) REQUIRE(dst[i] == want[i]);
+      for (bool eager : {true, false}) {
+        CAPTURE(members);
+        CAPTURE(chunk);
+        CAPTURE(eager);
+        const int64_t n = 5000;
+        Setup s(members, n, 42 + members);
+        std::vector<bool> idle(members, false);
+        if (members > 2) idle[members - 1] = true;  // outside the split: adds nothing
+        // Member 0's buffer is the shared destination, as the CPU engine does it.
+        std::vector<float> out0 = s.in[0];
+        auto buckets = buckets_of(n, 777);
+        LocalComm comm(members, static_cast<int>(buckets.size()), &LocalComm::host_sum, chunk);
+        comm.set_eager(eager);
+        for (int round = 0; round < 3; ++round) {  // reused across runs, as across steps
+          std::vector<float> dst = out0;
+          std::vector<std::thread> threads;
+          for (int m = 0; m < members; ++m)
+            threads.emplace_back([&, m] {
+              for (const Bucket& b : buckets) {
+                const float* in = idle[m] ? nullptr : (m == 0 ? dst.data() : s.in[m].data()) + b.begin;
+                comm.all_reduce(m, in, dst.data() + b.begin, b.count);
+              }
+              comm.wait(m);
+            });
+          for (auto& t : threads) t.join();
+          std::vector<float> want = expected(s, idle);
+          for (int64_t i = 0; i < n; ++i) REQUIRE(dst[i] == want[i]);
+        }
       }
     }
   }
@@ -108,6 +112,32 @@ TEST_CASE("LocalComm: one thread for all members, distinct outputs, broadcast an
     });
   for (auto& t : threads) t.join();
   CHECK(passed == members);
+}
+
+// Not eager (CPU replicas): the last member to join leaves the work to
+// members in wait(); eager, it computes at once. The sum is the same.
+TEST_CASE("LocalComm: not eager, a collective is computed only in wait()") {
+  const int members = 2;
+  const int64_t n = 300;
+  for (bool eager : {true, false}) {
+    CAPTURE(eager);
+    Setup s(members, n, 9);
+    std::atomic<int> sums{0};
+    LocalComm comm(members, 2, [&](float* out, const float* const* in, int k, int64_t b, int64_t e) {
+      ++sums;
+      LocalComm::host_sum(out, in, k, b, e);
+    }, 100);
+    comm.set_eager(eager);
+    std::vector<float> out(n, -1.f);
+    comm.all_reduce(0, s.in[0].data(), out.data(), n);
+    comm.all_reduce(1, s.in[1].data(), out.data(), n);  // the last to join
+    CHECK(sums.load() == (eager ? 3 : 0));               // 3 chunks of 100
+    comm.wait(0);
+    CHECK(sums.load() == 3);
+    comm.wait(1);
+    std::vector<float> want = expected(s, std::vector<bool>(members, false));
+    for (int64_t i = 0; i < n; ++i) REQUIRE(out[i] == want[i]);
+  }
 }
 
 // As the CUDA engine uses it for replicas sharing a GPU: one thread joins

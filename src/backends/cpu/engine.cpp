@@ -4,12 +4,12 @@
 //
 // A training step: every replica runs forward, loss and backward on its
 // rows; as each layer's gradients become final, the replicas join a bucket
-// of the local communicator, whose last arrival sums the bucket over all
-// replicas (in device order) into the model's gradients, where replica 0
-// wrote its own, helped by the replicas that already finished; and it
-// applies the optimizer to each range it summed while the range is still in
-// cache. So the sum and the update overlap backward, and when the last
-// replica finishes, little is left. Neither happens unless the batch's loss
+// of the local communicator, which sums the bucket over all replicas (in
+// device order) into the model's gradients, where replica 0 wrote its own,
+// and applies the optimizer to each range it summed while the range is
+// still in cache. The replicas that have finished their backward do that
+// work (with one replica, it does it at once), so the replica behind is not
+// delayed by it; with processes, a bucket's last arrival starts it at once. Neither happens unless the batch's loss
 // is finite: every replica computed its loss before it joined the first
 // bucket, so the first range summed decides for all. (dp_group_backward sums
 // into replica 0's own gradients instead, and reduce() adds them to the
@@ -135,6 +135,15 @@ class CpuEngine final : public Engine {
     split_layers_ = split_env() == 1;
     set_bucket_mb(0.25, split_layers_);
     set_threads_per_device(threads);
+    // Between threads, a bucket is summed (and stepped) by the replicas that
+    // have finished their backward, not by the last one to join it: that
+    // one is the replica behind, and the work would delay it further, while
+    // no core is idle for an overlap to use. With one replica, at once
+    // (the gradients are in cache); with processes too (set_processes).
+    // 2 devices, dp bench, paired runs: MLP 784-512-256-10 +7% (88-91k ->
+    // 94-96k samples/s), the CNN +3-15% in 3 of 4, MLP 784-256-10 level
+    // (bench/RESULTS.md, 2026-12-07).
+    comm_.set_eager(devices == 1);
   }
 
   ~CpuEngine() override {
@@ -158,6 +167,7 @@ class CpuEngine final : public Engine {
     // faster sgemm; bench/RESULTS.md, run 5).
     split_layers_ = split_env() != 0;
     set_bucket_mb(0.25, split_layers_);
+    comm_.set_eager(true);  // each bucket's sum over processes starts as soon as its local sum is done
     ready_.assign(buckets_.size(), 0);
     stage_ = std::thread(&CpuEngine::stage_main, this);
   }

@@ -72,6 +72,9 @@ std::shared_ptr<const Transform> Transform::from_json(const std::string& text, c
     // Normalize runs after the crop, so its channels are the cropped
     // sample's dim 0 (which a crop changes when the sample is just (H, W)).
     size_t channels = static_cast<size_t>(t->out_[0]);
+    if (channels == 0)  // numbers() would then take a list of any length
+      fail(DP_ERR_MODEL, a.path_of("normalize") + ": needs samples with at least one channel, the dataset's are " +
+                             t->out_.str());
     for (const char* key : {"mean", "std"})
       if (!n.has(key))
         fail(DP_ERR_MODEL, n.path_of(key) + ": missing; expected a list of " + std::to_string(channels) +

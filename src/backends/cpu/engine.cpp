@@ -9,11 +9,11 @@
 // and applies the optimizer to each range it summed while the range is
 // still in cache. The replicas that have finished their backward do that
 // work (with one replica, it does it at once), so the replica behind is not
-// delayed by it; with processes, a bucket's last arrival starts it at once. Neither happens unless the batch's loss
-// is finite: every replica computed its loss before it joined the first
-// bucket, so the first range summed decides for all. (dp_group_backward sums
-// into replica 0's own gradients instead, and reduce() adds them to the
-// model's.)
+// delayed by it; with processes, a bucket's last arrival starts it at once.
+// Neither happens unless the batch's loss is finite: every replica computed
+// its loss before it joined the first bucket, so the first range summed
+// decides for all. (dp_group_backward sums into replica 0's own gradients
+// instead, and reduce() adds them to the model's.)
 //
 // A step in which some replica runs more rows than ever before allocates
 // (activations grow), and an allocation may fail midway: then the update

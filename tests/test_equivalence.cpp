@@ -79,7 +79,7 @@ StepBatch step_batch(dp_context* ctx, int step, const std::vector<int64_t>& shap
 }
 
 Run train(const char* json, const std::string& devices, const char* opt_json, int64_t batch, int steps,
-          int split_mode = DP_SPLIT_CHUNK) {
+          int split_mode = DP_SPLIT_CHUNK, int threads = 1, double clip = 0) {
   dp_context* ctx = nullptr;
   dp_model* model = nullptr;
   dp_group* group = nullptr;
@@ -88,7 +88,9 @@ Run train(const char* json, const std::string& devices, const char* opt_json, in
   DP_REQUIRE_OK(dp_model_from_json(ctx, json, &model));
   DP_REQUIRE_OK(dp_group_create(model, devices.c_str(), &group));
   DP_REQUIRE_OK(dp_group_set_option(group, DP_GROUP_SPLIT, split_mode));
+  DP_REQUIRE_OK(dp_group_set_option(group, DP_GROUP_THREADS_PER_DEVICE, threads));
   DP_REQUIRE_OK(dp_optimizer_create(group, opt_json, &opt));
+  if (clip > 0) DP_REQUIRE_OK(dp_optimizer_set_clip_grad_norm(opt, clip));
 
   int nd = 0;
   int64_t in_shape[DP_MAX_DIMS];
@@ -298,6 +300,44 @@ TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket
 // taking turns with plain SGD (no optimizer state, so two optimizers act as
 // one) train as one group taking every step; a model without dropout (whose
 // masks are keyed by each group's own step count).
+// Threads inside a device split its products and element-wise loops, and
+// with one device the optimizer's update too (also when clipping defers it
+// to the end of the step): each against the same devices with one thread.
+TEST_CASE("threads per device train as one thread: products, update and clipping split over them") {
+  // Layers wide enough for the products to split (64 rows or columns and
+  // more), and a first one of 51 k parameters: its bucket's update is cut in
+  // several ranges (Optimizer::kGrain per thread).
+  const char* mlp = R"({
+    "seed": 5, "input": {"shape": [200]},
+    "layers": [
+      {"type": "linear", "out_features": 256}, {"type": "relu"},
+      {"type": "linear", "out_features": 70}, {"type": "tanh"},
+      {"type": "linear", "out_features": 5}
+    ],
+    "loss": {"type": "cross_entropy"}})";
+  for (const char* json : {mlp, kConvModel})
+    for (const char* opt : {kSgd, kAdam})
+      for (double clip : {0.0, 0.5})
+        for (int64_t batch : {30, 7}) {
+          const std::string optimizer = opt;
+          CAPTURE(json);
+          CAPTURE(optimizer);
+          CAPTURE(clip);
+          CAPTURE(batch);
+          for (int devices : {1, 2}) {
+            const Run one = train(json, cpu_devices(devices), opt, batch, 12, DP_SPLIT_CHUNK, 1, clip);
+            for (int threads : {2, 3}) {
+              CAPTURE(devices);
+              CAPTURE(threads);
+              const Run many = train(json, cpu_devices(devices), opt, batch, 12, DP_SPLIT_CHUNK, threads, clip);
+              require_close(one.params, many.params, 1e-5);  // the split products' bits differ, a little
+              for (size_t s = 0; s < one.losses.size(); ++s)
+                CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+            }
+          }
+        }
+}
+
 TEST_CASE("two groups on one model take turns: as one group taking every step") {
   const char* json = R"({
     "seed": 8, "input": {"shape": [6]},

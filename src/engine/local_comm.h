@@ -48,6 +48,9 @@ class LocalComm final : public Communicator {
   // wait() compute collectives, so a member still running its backward is
   // never delayed by one (the members that finished first do the work).
   void set_eager(bool eager) { eager_ = eager; }
+  // Floats per unit of work from the next collective on (0: whole
+  // collectives). Set while no collective is in flight.
+  void set_chunk(int64_t chunk) { chunk_ = chunk; }
 
   // The host sum (CPU replicas): a plain loop per source, vectorised.
   static void host_sum(float* out, const float* const* in, int k, int64_t begin, int64_t end);
@@ -59,7 +62,7 @@ class LocalComm final : public Communicator {
   void check_aborted();
 
   const int members_;
-  const int64_t chunk_;
+  int64_t chunk_;
   bool eager_ = true;
   SumFn sum_;
   DoneFn done_;

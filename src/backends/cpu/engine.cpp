@@ -8,8 +8,9 @@
 // device order) into the model's gradients, where replica 0 wrote its own,
 // and applies the optimizer to each range it summed while the range is
 // still in cache. The replicas that have finished their backward do that
-// work (with one replica, it does it at once), so the replica behind is not
-// delayed by it; with processes, a bucket's last arrival starts it at once.
+// work (one replica does it at once, on all its threads), so the replica
+// behind is not delayed by it; with processes, a bucket's last arrival
+// starts it at once.
 // Neither happens unless the batch's loss is finite: every replica computed
 // its loss before it joined the first bucket, so the first range summed
 // decides for all. (dp_group_backward sums into replica 0's own gradients
@@ -83,6 +84,7 @@ class CpuDevice final : public ReplicaDevice {
       : model_(model), pool_(threads), exec_(model, std::move(final), partial), graph_(model, &exec_, nullptr) {}
 
   Replica& graph() override { return graph_; }
+  Workers& pool() { return pool_; }
   void begin(RunCtx& ctx) override { ctx.pool = &pool_; }
   const Tensor& load(Rows which, const Tensor& host, int64_t off, int64_t rows) override {
     return rows_[which] = host.rows(off, rows);  // a view: no copy
@@ -177,6 +179,14 @@ class CpuEngine final : public Engine {
     for (int r = 0; r < n_; ++r)
       devices_.push_back(std::make_unique<CpuDevice>(
           model_, threads, [this, r](size_t node, int64_t from) { node_final(r, node, from); }, &split_layers_));
+    // One replica with several threads: its intra-op threads also run the
+    // update and the host sums, each bucket's range in one piece per thread.
+    // On its own thread the update left the others idle long enough to fall
+    // asleep, and the next product woke them. 1 device x 2 threads, dp bench
+    // of the 784-512-256-10 MLP, 6 pairs: +2 to +11% (bench/RESULTS.md,
+    // 2026-12-07).
+    solo_pool_ = n_ == 1 && threads > 1 ? &static_cast<CpuDevice&>(*devices_[0]).pool() : nullptr;
+    comm_.set_chunk(solo_pool_ ? Optimizer::kGrain * threads : Optimizer::kGrain);
   }
 
   void comm_seconds(double* busy, double* exposed) const override {
@@ -194,7 +204,7 @@ class CpuEngine final : public Engine {
     (void)opt;  // after kBackward: add the sum the buckets left in replica 0
     const float* sum = devices_[0]->graph().grads();
     float* grads = model_.mutable_grads().data();
-    parallel_for(&threads_, model_.num_params(), Optimizer::kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(host_pool(), model_.num_params(), Optimizer::kGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) grads[i] += sum[i];
     });
   }
@@ -206,7 +216,7 @@ class CpuEngine final : public Engine {
   }
 
   void optimizer_step(Optimizer& opt) override {
-    if (!opt.step(model_.mutable_params().data(), model_.mutable_grads().data(), model_.num_params(), &threads_))
+    if (!opt.step(model_.mutable_params().data(), model_.mutable_grads().data(), model_.num_params(), host_pool()))
       opt.check_held();
   }
 
@@ -256,10 +266,10 @@ class CpuEngine final : public Engine {
     // grad scaler, or a non-finite gradient norm, holds the step, as a
     // non-finite loss does), then the whole update.
     if (opt_ && defer_ && gate_ == kUndecided && may_step() &&
-        !opt_->prepare(dst_, model_.num_params(), &threads_))
+        !opt_->prepare(dst_, model_.num_params(), host_pool()))
       gate_ = kHold;
     if (opt_ && defer_ && decide())
-      parallel_for(&threads_, model_.num_params(), Optimizer::kGrain,
+      parallel_for(host_pool(), model_.num_params(), Optimizer::kGrain,
                    [&](int64_t b, int64_t e) { opt_->update(params_, dst_, b, e); });
     if (opt_ && gate_ == kHold) zero_grad();
   }
@@ -301,8 +311,9 @@ class CpuEngine final : public Engine {
   void sum_then_step(float* out, const float* const* in, int k, int64_t b, int64_t e) {
     LocalComm::host_sum(out, in, k, b, e);
     if (procs_ || !opt_ || defer_ || !decide()) return;  // with processes, the stage steps (bucket_summed)
-    const int64_t at = out - dst_;  // where the bucket starts in the model's arrays
-    opt_->update(params_, dst_, at + b, at + e);
+    const int64_t at = out - dst_ + b;  // where the range starts in the model's arrays
+    parallel_for(solo_pool_, e - b, Optimizer::kGrain,
+                 [&](int64_t lo, int64_t hi) { opt_->update(params_, dst_, at + lo, at + hi); });
   }
   // A bucket's sum over the replicas is complete: with processes, it goes
   // on to the stage.
@@ -381,6 +392,10 @@ class CpuEngine final : public Engine {
     }
   }
 
+  // Where host work outside the replicas runs: a thread per replica, or a
+  // single replica's intra-op threads.
+  Workers* host_pool() { return solo_pool_ ? solo_pool_ : &threads_; }
+
   // DP_SPLIT_LAYERS: 0 or 1, or -1 when unset.
   static int split_env() {
     const char* env = std::getenv("DP_SPLIT_LAYERS");
@@ -388,6 +403,7 @@ class CpuEngine final : public Engine {
   }
   bool split_layers_ = false;  // buckets may end inside large layers
   LocalComm comm_;
+  Workers* solo_pool_ = nullptr;  // a single replica's threads, when it has several
   // The stage of processes (only with set_processes), guarded by stage_mu_.
   std::thread stage_;
   mutable std::mutex stage_mu_;

@@ -295,17 +295,12 @@ TEST_CASE("a large layer's gradient in buckets inside it: bitwise for any bucket
   unsetenv("DP_SPLIT_LAYERS");
 }
 
-// Several groups on one model (dp.h: each call starts from the newest
-// parameters, whichever group wrote them): two groups of 1 and 3 CPU devices
-// taking turns with plain SGD (no optimizer state, so two optimizers act as
-// one) train as one group taking every step; a model without dropout (whose
-// masks are keyed by each group's own step count).
 // Threads inside a device split its products and element-wise loops, and
 // with one device the optimizer's update too (also when clipping defers it
 // to the end of the step): each against the same devices with one thread.
 TEST_CASE("threads per device train as one thread: products, update and clipping split over them") {
   // Layers wide enough for the products to split (64 rows or columns and
-  // more), and a first one of 51 k parameters: its bucket's update is cut in
+  // more), and 70 k parameters in all: one bucket, whose update is cut in
   // several ranges (Optimizer::kGrain per thread).
   const char* mlp = R"({
     "seed": 5, "input": {"shape": [200]},
@@ -338,6 +333,11 @@ TEST_CASE("threads per device train as one thread: products, update and clipping
         }
 }
 
+// Several groups on one model (dp.h: each call starts from the newest
+// parameters, whichever group wrote them): two groups of 1 and 3 CPU devices
+// taking turns with plain SGD (no optimizer state, so two optimizers act as
+// one) train as one group taking every step; a model without dropout (whose
+// masks are keyed by each group's own step count).
 TEST_CASE("two groups on one model take turns: as one group taking every step") {
   const char* json = R"({
     "seed": 8, "input": {"shape": [6]},

@@ -175,6 +175,7 @@ class CpuEngine final : public Engine {
   }
 
   void set_threads_per_device(int threads) override {
+    solo_pool_ = nullptr;  // it lives in devices_[0]
     devices_.clear();
     for (int r = 0; r < n_; ++r)
       devices_.push_back(std::make_unique<CpuDevice>(
